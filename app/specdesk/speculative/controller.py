@@ -1,0 +1,131 @@
+"""Draft length: a fixed k, or ``auto``, which drafts only as far as it pays.
+
+``auto`` keeps the cost model of :mod:`costmodel` up to date from every step
+(verify seconds per batch size, draft seconds per draft length) and the acceptance
+per draft position, separately for each source (the draft model; n-gram lookups by
+match length, since a long match predicts far better than a short one). For each
+step it picks the k with the best predicted tokens/s, k = 0 (target alone)
+included.
+
+Exploration: a draft length is tried only while an optimistic acceptance (an upper
+confidence bound) still predicts a gain over target alone. When even that cannot
+pay, as with a draft model on a 2-core CPU where verifying b tokens costs about b
+steps, auto stops drafting for good instead of paying for probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .costmodel import CostModel, PositionAcceptance
+
+NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16, 32)
+
+
+def ngram_bucket(match_length: int) -> int:
+    b = NGRAM_BUCKETS[0]
+    for x in NGRAM_BUCKETS:
+        if match_length >= x:
+            b = x
+    return b
+
+
+def source_key(source: str, match_length: int | None) -> str:
+    if source == "ngram":
+        return f"ngram:{ngram_bucket(match_length or 1)}"
+    return source
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one step cost, for the controller to learn from."""
+
+    source: str  # "draft", "ngram" or "" when nothing was drafted
+    match_length: int | None
+    drafted: int
+    accepted: int
+    draft_seconds: float  # the proposer's call, 0 for none
+    verify_seconds: float  # the target's batch of drafted + 1 tokens
+    draft_synced: int = 0  # tokens the draft model had to catch up on (draft calls only)
+
+
+class Controller(Protocol):
+    def budget(self, source: str, match_length: int | None, limit: int) -> int: ...
+
+    def observe(self, cost: StepCost) -> None: ...
+
+
+class FixedK:
+    """Always draft up to k tokens (fewer when the proposer stops early)."""
+
+    def __init__(self, k: int) -> None:
+        if k <= 0:
+            raise ValueError(f"k must be a positive integer, got {k}")
+        self.k = k
+
+    def budget(self, source: str, match_length: int | None, limit: int) -> int:
+        return max(0, min(self.k, limit))
+
+    def observe(self, cost: StepCost) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"k={self.k}"
+
+
+@dataclass
+class AutoK:
+    """Choose k per step from measured costs and acceptance (see module docstring)."""
+
+    costs: CostModel = field(default_factory=CostModel)
+    k_max: int = 8
+    k_max_ngram: int = 12
+    z: float = 1.5  # width of the optimistic bound used for exploration
+    margin: float = 1.02  # a draft must beat target alone by this much to be used
+    acceptance: dict[str, PositionAcceptance] = field(default_factory=dict)
+    last_choice: dict[str, int] = field(default_factory=dict)
+
+    def _kmax(self, source: str) -> int:
+        return self.k_max_ngram if source == "ngram" else self.k_max
+
+    def plan(self, source: str, match_length: int | None, limit: int, z: float = 0.0) -> tuple[int, list[float | None]]:
+        key = source_key(source, match_length)
+        acc = self.acceptance.setdefault(key, PositionAcceptance())
+        kmax = max(0, min(self._kmax(source), limit))
+        alphas = acc.alphas(kmax, z=z)
+        rates = self.costs.rates(alphas, draft_costs=(source == "draft"))
+        if rates[0] is None:
+            return 0, rates
+        best_k, best = 0, rates[0] * self.margin
+        for k in range(1, len(rates)):
+            r = rates[k]
+            if r is not None and r > best:
+                best_k, best = k, r
+        return best_k, rates
+
+    def budget(self, source: str, match_length: int | None, limit: int) -> int:
+        if limit <= 0:
+            return 0
+        if self.costs.step_cost is None:
+            # The first step of a session measures a plain target step.
+            return 0
+        k, _ = self.plan(source, match_length, limit)
+        if k == 0:
+            # Would an optimistic acceptance pay? Then try it (this is how the cost of
+            # unmeasured batch sizes and the acceptance get learnt); otherwise don't.
+            k_opt, _ = self.plan(source, match_length, limit, z=self.z)
+            k = k_opt
+        self.last_choice[source_key(source, match_length)] = k
+        return k
+
+    def observe(self, cost: StepCost) -> None:
+        self.costs.observe_verify(cost.drafted + 1, cost.verify_seconds)
+        if cost.source == "draft" and cost.drafted > 0 and cost.draft_synced <= 2:
+            self.costs.observe_draft(cost.drafted, cost.draft_seconds)
+        if cost.drafted > 0:
+            key = source_key(cost.source, cost.match_length)
+            self.acceptance.setdefault(key, PositionAcceptance()).record(cost.drafted, cost.accepted)
+
+    def describe(self) -> str:
+        return "auto"

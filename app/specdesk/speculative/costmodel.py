@@ -1,0 +1,211 @@
+"""Measured costs and acceptance, and the speed they predict for each draft length.
+
+Leviathan et al. give the expected tokens per verify pass for a draft of k tokens
+with a constant acceptance rate a: E = (1 - a^(k+1)) / (1 - a). Here acceptance is
+kept per draft position (conditional on reaching it), so
+
+    E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j
+
+and the speed of drafting k is E(k) / (draft_cost(k) + verify_cost(k + 1)).
+
+Costs are seconds measured on this machine: the verify cost of a batch of b tokens
+is not b times a step on a CPU, and not one step on a GPU; nothing is assumed
+where a measurement exists. The same model serves the core's ``auto`` draft length
+and the benchmark advisor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+class RunningCost:
+    """Mean of the first measurements, then an exponential moving average."""
+
+    def __init__(self, warm: int = 8, decay: float = 0.15) -> None:
+        self.n = 0
+        self.value = 0.0
+        self._warm = warm
+        self._decay = decay
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        if self.n <= self._warm:
+            self.value += (x - self.value) / self.n
+        else:
+            self.value += self._decay * (x - self.value)
+
+
+def expected_tokens(alphas: Sequence[float]) -> list[float]:
+    """E(k) for k = 0..len(alphas): tokens emitted per verify pass."""
+    out = [1.0]
+    reach = 1.0
+    for a in alphas:
+        reach *= a
+        out.append(out[-1] + reach)
+    return out
+
+
+def expected_tokens_constant(alpha: float, k: int) -> float:
+    """Leviathan et al.'s closed form for a constant acceptance rate."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+@dataclass
+class CostModel:
+    """Seconds per verify batch of b tokens and per draft call of k tokens."""
+
+    verify: dict[int, RunningCost] = field(default_factory=dict)
+    draft: dict[int, RunningCost] = field(default_factory=dict)
+    # Slope (as a share of one step per extra token) assumed for batch sizes never
+    # measured. Low on purpose: an optimistic prior makes auto try a size once,
+    # after which the measurement replaces it.
+    prior_verify_slope: float = 0.1
+    # Draft cost per token assumed before any draft call was measured, as a share
+    # of one target step.
+    prior_draft_share: float = 0.25
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        self.verify.setdefault(batch, RunningCost()).add(seconds)
+
+    def observe_draft(self, k: int, seconds: float) -> None:
+        if k > 0:
+            self.draft.setdefault(k, RunningCost()).add(seconds)
+
+    def set_verify(self, batch: int, seconds: float) -> None:
+        rc = RunningCost()
+        rc.add(seconds)
+        self.verify[batch] = rc
+
+    def set_draft(self, k: int, seconds: float) -> None:
+        rc = RunningCost()
+        rc.add(seconds)
+        self.draft[k] = rc
+
+    @property
+    def step_cost(self) -> float | None:
+        """One target step (a verify batch of 1)."""
+        return self.verify_cost(1)
+
+    def verify_measured(self, batch: int) -> bool:
+        return batch in self.verify
+
+    def verify_cost(self, batch: int) -> float | None:
+        pts = sorted((b, rc.value) for b, rc in self.verify.items())
+        if not pts:
+            return None
+        for b, v in pts:
+            if b == batch:
+                return v
+        below = [(b, v) for b, v in pts if b < batch]
+        above = [(b, v) for b, v in pts if b > batch]
+        if below and above:
+            (b0, v0), (b1, v1) = below[-1], above[0]
+            return v0 + (v1 - v0) * (batch - b0) / (b1 - b0)
+        if above:  # smaller than anything measured: scale down from the smallest
+            b1, v1 = above[0]
+            base = v1 / (1.0 + self.prior_verify_slope * (b1 - 1))
+            return base * (1.0 + self.prior_verify_slope * (batch - 1))
+        # larger than anything measured
+        if len(below) >= 2:
+            (b0, v0), (b1, v1) = below[-2], below[-1]
+            slope = max(0.0, (v1 - v0) / (b1 - b0))
+            return v1 + slope * (batch - b1)
+        b0, v0 = below[-1]
+        base = v0 / (1.0 + self.prior_verify_slope * (b0 - 1))
+        return base * (1.0 + self.prior_verify_slope * (batch - 1))
+
+    def draft_cost(self, k: int) -> float:
+        if k <= 0:
+            return 0.0
+        if k in self.draft:
+            return self.draft[k].value
+        pts = sorted((kk, rc.value) for kk, rc in self.draft.items())
+        if len(pts) >= 2:
+            # least squares line through the measured calls
+            xs = [p[0] for p in pts]
+            ys = [p[1] for p in pts]
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            sxx = sum((x - mx) ** 2 for x in xs)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+            slope = max(slope, 0.0)
+            return max(0.0, my + slope * (k - mx))
+        if pts:
+            k0, v0 = pts[0]
+            return v0 * k / k0
+        step = self.step_cost or 0.0
+        return self.prior_draft_share * step * k
+
+    def rates(self, alphas: Sequence[float], draft_costs: bool = True) -> list[float | None]:
+        """Predicted tokens/s for k = 0..len(alphas), None where no step cost is known."""
+        es = expected_tokens(alphas)
+        out: list[float | None] = []
+        for k, e in enumerate(es):
+            v = self.verify_cost(k + 1)
+            if v is None or v <= 0:
+                out.append(None)
+                continue
+            d = self.draft_cost(k) if draft_costs else 0.0
+            out.append(e / (v + d))
+        return out
+
+    # -- persistence (the advisor caches its calibration) -------------------------
+
+    def to_dict(self) -> dict:
+        return {
+            "verify": {str(b): rc.value for b, rc in sorted(self.verify.items())},
+            "draft": {str(k): rc.value for k, rc in sorted(self.draft.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostModel":
+        cm = cls()
+        for b, v in d.get("verify", {}).items():
+            cm.set_verify(int(b), float(v))
+        for k, v in d.get("draft", {}).items():
+            cm.set_draft(int(k), float(v))
+        return cm
+
+
+@dataclass
+class PositionAcceptance:
+    """Acceptance per draft position, conditional on the position being reached."""
+
+    reached: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def record(self, n_drafted: int, n_accepted: int) -> None:
+        n_reached = min(n_accepted + 1, n_drafted)
+        while len(self.reached) < n_drafted:
+            self.reached.append(0)
+            self.accepted.append(0)
+        for i in range(n_reached):
+            self.reached[i] += 1
+        for i in range(n_accepted):
+            self.accepted[i] += 1
+
+    @property
+    def pooled(self) -> tuple[int, int]:
+        return sum(self.accepted), sum(self.reached)
+
+    def alphas(self, k: int, prior: float = 0.5, strength: float = 2.0, z: float = 0.0) -> list[float]:
+        """Posterior mean (z=0) or an upper confidence bound (z>0) per position 1..k.
+
+        Each position's prior is the pooled rate of all positions, so rarely reached
+        positions borrow strength from the others.
+        """
+        acc, n = self.pooled
+        pooled = (acc + prior * strength) / (n + strength)
+        out = []
+        for i in range(k):
+            r = self.reached[i] if i < len(self.reached) else 0
+            a = self.accepted[i] if i < len(self.accepted) else 0
+            m = (a + pooled * 4.0) / (r + 4.0)
+            if z > 0:
+                m = min(1.0, m + z * math.sqrt(max(m * (1 - m), 0.02) / (r + 4.0)))
+            out.append(m)
+        return out

@@ -1,0 +1,53 @@
+"""The proposer interface: given the sequence so far and a budget, return a draft."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from ..sampling import SamplingParams
+
+# budget(source, match_length) -> how many tokens the controller wants drafted.
+Budget = Callable[[str, "int | None"], int]
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: tuple[int, ...] = ()
+    # The (warped) draft probabilities each token was sampled from, one row per token,
+    # over the target's vocabulary; None when the draft is deterministic (greedy
+    # draft model, n-gram lookup), which the verifier treats as one-hot.
+    q: np.ndarray | None = None
+    source: str = ""  # "draft" | "ngram"
+    # n-gram lookups: how many tokens matched, and where in the sequence the copied
+    # continuation starts (the lookup source shown in the app).
+    match_length: int | None = None
+    match_start: int | None = None
+    # The draft model's probability of each token it proposed (where computed).
+    confidence: tuple[float, ...] = ()
+    # Tokens the draft model had to evaluate to catch up before drafting.
+    synced: int = 0
+    # Seconds spent in the proposer's own native decode calls (for the overhead split).
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft()
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(
+        self,
+        seq: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Draft: ...
+
+    def reset(self) -> None: ...

@@ -1,0 +1,82 @@
+"""Draft tokens from a second, smaller model sharing the target's vocabulary."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import Backend
+from ..sampling import SamplingParams, sample, top_probability, warp
+from .base import EMPTY_DRAFT, Budget, Draft
+
+
+class DraftModelProposer:
+    """At temperature 0 it drafts greedily; above it samples from its own warped
+    distribution and keeps q for the verifier. It stops early when its top
+    probability falls below ``p_min`` (llama.cpp's --draft-p-min).
+
+    The draft context follows the sequence lazily: each call rolls it back to the
+    longest common prefix with the sequence and evaluates only what is new (usually
+    the one token the target added, two after a full accept).
+    """
+
+    name = "draft"
+
+    def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75) -> None:
+        if not 0.0 <= p_min < 1.0:
+            raise ValueError(f"p-min must be in [0, 1), got {p_min}")
+        self.ctx = ctx
+        self.p_min = p_min
+        self.n_vocab_target = n_vocab_target
+        # Logits are compared over the common range when the vocab sizes differ.
+        self.n_common = min(ctx.n_vocab, n_vocab_target)
+
+    @property
+    def native_seconds(self) -> float:
+        return self.ctx.native_seconds
+
+    def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        k = budget("draft", None)
+        # The draft evaluates seq plus k - 1 drafted tokens.
+        k = min(k, self.ctx.n_ctx - len(seq) + 1)
+        if k <= 0:
+            return EMPTY_DRAFT
+        logits = self.ctx.prefill(seq)
+        synced = self.ctx.last_prefill_evaluated
+        tokens: list[int] = []
+        confs: list[float] = []
+        qs: list[np.ndarray] = []
+        for i in range(k):
+            row = logits[: self.n_common]
+            if params.greedy:
+                t = int(np.argmax(row))
+                conf = top_probability(row) if self.p_min > 0 else float("nan")
+            else:
+                q = warp(row, params)
+                conf = float(q.max())
+                t = None
+            if self.p_min > 0 and conf < self.p_min:
+                break
+            if t is None:
+                t = sample(q, rng)
+                full = np.zeros(self.n_vocab_target, dtype=np.float64)
+                full[: self.n_common] = q
+                qs.append(full)
+                conf = float(q[t])
+            tokens.append(t)
+            confs.append(conf)
+            if i + 1 < k:
+                logits = self.ctx.eval([t], all_rows=False)[-1]
+        if not tokens:
+            return Draft(synced=synced, source="draft")
+        return Draft(
+            tokens=tuple(tokens),
+            q=np.stack(qs) if qs else None,
+            source="draft",
+            confidence=tuple(confs),
+            synced=synced,
+        )
+
+    def reset(self) -> None:
+        self.ctx.rollback(0)

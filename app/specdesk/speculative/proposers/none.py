@@ -1,0 +1,20 @@
+"""No proposer: the target alone, through the same loop and timers as the others."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..sampling import SamplingParams
+from .base import EMPTY_DRAFT, Budget, Draft
+
+
+class NoProposer:
+    name = "none"
+
+    def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        return EMPTY_DRAFT
+
+    def reset(self) -> None:
+        pass
