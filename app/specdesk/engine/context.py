@@ -1,0 +1,180 @@
+"""One llama.cpp context: decode batches, return only the logits rows asked for,
+roll back to any position, and reuse the longest common prefix across calls.
+
+A context has a single rollback coordinate, ``n_past`` (as llama.cpp's
+speculative-simple), and keeps the token history that coordinate refers to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+from ..errors import ContextOverflowError, SpecDeskError
+from .model import Model, default_threads
+
+
+class Context:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        n_batch: int = 512,
+    ) -> None:
+        if n_ctx <= 0:
+            raise SpecDeskError(f"context size must be positive, got {n_ctx}")
+        self.model = model
+        self.threads = threads or default_threads()
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = min(n_batch, n_ctx)
+        params.n_ubatch = min(n_batch, n_ctx)
+        params.n_seq_max = 1
+        params.n_threads = self.threads
+        params.n_threads_batch = self.threads
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not ctx:
+            raise SpecDeskError(f"{model.path.name}: llama.cpp could not create a context of {n_ctx} tokens (out of memory?)")
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self._n_batch = llama_cpp.llama_n_batch(ctx)
+        self._n_vocab = model.n_vocab
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        b = self._batch
+        n = self._n_batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(n,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(n,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
+        self._out = np.ctypeslib.as_array(ctypes.cast(b.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n,))
+        for i in range(n):
+            b.seq_id[i][0] = 0
+        self._nseq[:] = 1
+        self.history: list[int] = []
+        self.native_seconds = 0.0
+        self.last_prefill_evaluated = 0
+        self.evaluated = 0  # every token ever evaluated, for reuse accounting
+
+    # -- protocol ------------------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def n_past(self) -> int:
+        return len(self.history)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.model.token_bytes(token)
+
+    def eval(self, tokens: Sequence[int], all_rows: bool = True) -> np.ndarray:
+        """Append ``tokens`` at n_past and return their logits rows (all, or the last)."""
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("cannot evaluate an empty batch")
+        if self.n_past + n > self._n_ctx:
+            raise ContextOverflowError(
+                f"the context is full: {self.n_past} + {n} tokens do not fit in {self._n_ctx}"
+            )
+        rows: list[np.ndarray] = []
+        start = 0
+        while start < n:
+            chunk = tokens[start : start + self._n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            want = np.ones(m, dtype=np.int8) if all_rows else np.zeros(m, dtype=np.int8)
+            if last_chunk:
+                want[-1] = 1
+            rows.append(self._decode(chunk, want))
+            start += m
+        out = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return out
+
+    def _decode(self, tokens: Sequence[int], want: np.ndarray) -> np.ndarray:
+        m = len(tokens)
+        p0 = self.n_past
+        self._tok[:m] = tokens
+        self._pos[:m] = np.arange(p0, p0 + m, dtype=np.int32)
+        self._out[:m] = want
+        self._batch.n_tokens = m
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            # llama.cpp leaves the memory as it was before a failed decode.
+            if rc == 1:
+                raise ContextOverflowError(f"the context is full: no room for {m} more tokens after {p0}")
+            raise SpecDeskError(f"llama_decode failed with code {rc}")
+        n_out = int(want.sum())
+        if n_out:
+            ptr = llama_cpp.llama_get_logits(self._ctx)
+            rows = np.ctypeslib.as_array(ptr, shape=(n_out, self._n_vocab)).copy()
+        else:
+            rows = np.empty((0, self._n_vocab), dtype=np.float32)
+        self.native_seconds += time.perf_counter() - t0
+        self.history.extend(int(t) for t in tokens)
+        self.evaluated += m
+        return rows
+
+    def rollback(self, n_past: int) -> None:
+        """Forget every position from ``n_past`` on."""
+        if n_past < 0 or n_past > len(self.history):
+            raise ValueError(f"cannot roll back to {n_past}: the context holds {len(self.history)} tokens")
+        if n_past == len(self.history):
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+            raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
+        del self.history[n_past:]
+
+    def prefill(self, tokens: Sequence[int], logits: bool = True) -> np.ndarray | None:
+        """Hold exactly ``tokens``: keep the longest common prefix with the history and
+        evaluate only the rest, asking for the last row only."""
+        tokens = list(tokens)
+        if len(tokens) > self._n_ctx:
+            raise ContextOverflowError(f"{len(tokens)} tokens do not fit in a context of {self._n_ctx}")
+        keep = 0
+        for a, b in zip(self.history, tokens):
+            if a != b:
+                break
+            keep += 1
+        if logits and keep == len(tokens) and keep > 0:
+            keep -= 1  # re-evaluate the last token to get its logits
+        self.rollback(keep)
+        rest = tokens[keep:]
+        self.last_prefill_evaluated = len(rest)
+        if not rest:
+            return None
+        rows = self.eval(rest, all_rows=False)
+        return rows[-1] if logits else None
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.history.clear()
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

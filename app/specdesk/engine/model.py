@@ -1,0 +1,275 @@
+"""A loaded GGUF model, over llama-cpp-python's low-level API.
+
+This package is the only code in SpecDesk that imports llama_cpp.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import llama_cpp
+
+from ..errors import ModelFileError, SpecDeskError
+from .vocab import VocabInfo
+
+log = logging.getLogger(__name__)
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+# llama.cpp logs to stderr by default; send it through Python logging instead, so the
+# CLI stays clean and the app can show it in its log.
+# ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the last).
+_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_llama_log = logging.getLogger("llama.cpp")
+_last_level = [logging.DEBUG]
+_recent_errors: collections.deque[str] = collections.deque(maxlen=8)
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - native callback
+    lvl = _LEVELS.get(level, logging.DEBUG) if level != 5 else _last_level[0]
+    _last_level[0] = lvl
+    msg = text.decode("utf-8", "replace").rstrip()
+    if not msg:
+        return
+    if lvl >= logging.ERROR:
+        _recent_errors.append(msg)
+    if _llama_log.isEnabledFor(lvl):
+        _llama_log.log(lvl, msg)
+
+
+def last_native_error() -> str | None:
+    """The last error llama.cpp logged, without its function prefix."""
+    if not _recent_errors:
+        return None
+    msg = _recent_errors[-1]
+    # "llama_model_load: error loading model: ..." -> keep the innermost reason
+    return msg.rsplit(": ", 1)[-1] if msg.count(": ") >= 2 else msg
+
+
+def ensure_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def default_threads() -> int:
+    """Physical cores if psutil knows them, else all logical CPUs (llama.cpp's habit)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # noqa: BLE001 - psutil is optional here
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+def supports_gpu_offload() -> bool:
+    ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    ensure_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    n_vocab: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_params: int
+    size_bytes: int
+    description: str
+
+
+class Model:
+    """One loaded GGUF model: weights, vocabulary, chat template.
+
+    ``progress`` is llama.cpp's load progress callback (0..1); returning False from it
+    cancels the load, which then raises :class:`specdesk.errors.Cancelled`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_gpu_layers: int = 0,
+        progress: Callable[[float], bool] | None = None,
+        vocab_only: bool = False,
+    ) -> None:
+        ensure_backend()
+        self.path = Path(path)
+        self.n_gpu_layers = n_gpu_layers
+        self._model = None
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        self.vocab_only = vocab_only
+        cancelled = [False]
+        if progress is not None:
+
+            def _cb(p: float, _user: ctypes.c_void_p) -> bool:
+                try:
+                    keep_going = bool(progress(float(p)))
+                except Exception:  # noqa: BLE001 - never let an exception cross into C
+                    log.exception("load progress callback failed")
+                    keep_going = True
+                if not keep_going:
+                    cancelled[0] = True
+                return keep_going
+
+            self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
+            params.progress_callback = self._progress_cb
+        _recent_errors.clear()
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        if not model:
+            if cancelled[0]:
+                from ..errors import Cancelled
+
+                raise Cancelled(f"loading {self.path.name} was cancelled")
+            why = last_native_error() or "see the log for the reason"
+            raise ModelFileError(f"{self.path.name}: llama.cpp could not load this model: {why}")
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._piece_cache: dict[int, bytes] = {}
+        n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        if vocab_only:
+            # llama.cpp aborts on hyper-parameter queries of a vocab-only model.
+            self.shape = ModelShape(n_vocab, 0, 0, 0, 0, 0, 0, 0, "vocab only")
+        else:
+            self.shape = ModelShape(
+                n_vocab=n_vocab,
+                n_ctx_train=llama_cpp.llama_model_n_ctx_train(model),
+                n_layer=llama_cpp.llama_model_n_layer(model),
+                n_embd=llama_cpp.llama_model_n_embd(model),
+                n_head=llama_cpp.llama_model_n_head(model),
+                n_head_kv=llama_cpp.llama_model_n_head_kv(model),
+                n_params=llama_cpp.llama_model_n_params(model),
+                size_bytes=llama_cpp.llama_model_size(model),
+                description=self._desc(),
+            )
+
+    # -- basics -----------------------------------------------------------------
+
+    @property
+    def ptr(self):
+        if self._model is None:
+            raise SpecDeskError("the model was closed")
+        return self._model
+
+    @property
+    def n_vocab(self) -> int:
+        return self.shape.n_vocab
+
+    def _desc(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, 256)
+        return buf.value.decode("utf-8", "replace")
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, 4096)
+        if n < 0:
+            return None
+        return buf.value.decode("utf-8", "replace")
+
+    def head_dims(self) -> tuple[int, int]:
+        """(key_length, value_length) per head, from the GGUF or n_embd / n_head."""
+        arch = self.meta("general.architecture") or ""
+        default = self.shape.n_embd // max(1, self.shape.n_head)
+        k = self.meta(f"{arch}.attention.key_length")
+        v = self.meta(f"{arch}.attention.value_length")
+        return (int(k) if k else default, int(v) if v else default)
+
+    def kv_bytes_per_token(self, cache_type_bytes: float = 2.0) -> float:
+        """KV cache bytes per context position: layers x (K + V dims) x bytes."""
+        k, v = self.head_dims()
+        return self.shape.n_layer * self.shape.n_head_kv * (k + v) * cache_type_bytes
+
+    def close(self) -> None:
+        if self._model is not None:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- vocabulary ---------------------------------------------------------------
+
+    def vocab_info(self) -> VocabInfo:
+        v = self._vocab
+        n = self.shape.n_vocab
+
+        def text(i: int) -> str:
+            t = llama_cpp.llama_vocab_get_text(v, i)
+            return t.decode("utf-8", "replace") if t is not None else ""
+
+        return VocabInfo(
+            vocab_type=int(llama_cpp.llama_vocab_type(v)),
+            n_tokens=n,
+            bos=int(llama_cpp.llama_vocab_bos(v)),
+            eos=int(llama_cpp.llama_vocab_eos(v)),
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(v)),
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
+            text=text,
+        )
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise SpecDeskError("the text could not be tokenized")
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes this token stands for (special tokens rendered, as in a chat)."""
+        b = self._piece_cache.get(token)
+        if b is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, True)
+            b = buf.raw[: max(n, 0)]
+            self._piece_cache[token] = b
+        return b
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        t = llama_cpp.llama_model_chat_template(self.ptr, None)
+        return t.decode("utf-8", "replace") if t else None
+
+    def token_text(self, token: int) -> str:
+        t = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return t.decode("utf-8", "replace") if t else ""

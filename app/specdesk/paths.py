@@ -1,0 +1,60 @@
+"""Where SpecDesk keeps things: models, caches, user data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "SpecDesk"
+_PKG_DIR = Path(__file__).resolve().parent
+
+
+def project_root() -> Path | None:
+    """The source checkout this package runs from, if any (app/specdesk -> ../..)."""
+    root = _PKG_DIR.parent.parent
+    return root if (root / "models" / "manifest.json").is_file() else None
+
+
+def models_dir() -> Path:
+    """models/ of the checkout, or $SPECDESK_MODELS_DIR, or the user data dir."""
+    env = os.environ.get("SPECDESK_MODELS_DIR")
+    if env:
+        return Path(env).expanduser()
+    root = project_root()
+    if root is not None:
+        return root / "models"
+    return user_data_dir() / "models"
+
+
+def manifest_path() -> Path:
+    root = project_root()
+    if root is not None:
+        return root / "models" / "manifest.json"
+    bundled = _PKG_DIR / "data" / "manifest.json"  # bundles and wheels carry a copy
+    return bundled
+
+
+def load_manifest() -> dict:
+    return json.loads(manifest_path().read_text(encoding="utf-8"))
+
+
+def user_data_dir() -> Path:
+    env = os.environ.get("SPECDESK_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def user_cache_dir() -> Path:
+    env = os.environ.get("SPECDESK_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_cache_dir(APP_NAME.lower(), appauthor=False))
+
+
+def frozen() -> bool:
+    return bool(getattr(sys, "frozen", False))

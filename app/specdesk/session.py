@@ -1,0 +1,333 @@
+"""The Python API the CLI and the app share: load a pair, stream a generation step
+by step, cancel between steps, read statistics and memory.
+
+    from specdesk.session import GenerationConfig, ModelSpec, Session
+
+    with Session.load(ModelSpec("target.gguf"), ModelSpec("draft.gguf")) as s:
+        prompt = s.chat_prompt([{"role": "user", "content": "Write a haiku"}])
+        for step in s.generate(prompt, GenerationConfig(proposer="draft", k="auto")):
+            print(step.text, end="", flush=True)
+        print(step.stats.acceptance_rate, step.stats.tokens_per_second)
+        print(s.memory().to_dict())
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .engine.chat import render_chat
+from .engine.context import Context
+from .engine.memory import MemoryReport, ModelMemory, report
+from .engine.model import Model
+from .engine.vocab import Compatibility, check_compatible
+from .errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
+from .library.gguf_file import validate_gguf
+from .speculative.controller import AutoK, Controller, FixedK
+from .speculative.decoder import Step, speculate
+from .speculative.proposers import DraftModelProposer, HybridProposer, NgramProposer, NoProposer
+from .speculative.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+PROPOSERS = ("draft", "ngram", "hybrid", "none")
+LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: Path
+    n_gpu_layers: int = 0
+    threads: int | None = None
+    n_ctx: int = 4096
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser())
+        if self.n_ctx <= 0:
+            raise SpecDeskError(f"context size must be positive, got {self.n_ctx}")
+        if self.threads is not None and self.threads <= 0:
+            raise SpecDeskError(f"threads must be positive, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    proposer: str = "draft"
+    k: int | str = "auto"
+    p_min: float = 0.75
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.proposer not in PROPOSERS:
+            raise SpecDeskError(f"unknown proposer {self.proposer!r}: choose one of {', '.join(PROPOSERS)}")
+        if self.k != "auto":
+            if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k <= 0:
+                raise SpecDeskError(f"k must be a positive integer or 'auto', got {self.k!r}")
+        if not 0.0 <= self.p_min < 1.0:
+            raise SpecDeskError(f"p-min must be in [0, 1), got {self.p_min}")
+        if self.max_tokens <= 0:
+            raise SpecDeskError(f"max tokens must be positive, got {self.max_tokens}")
+
+    def describe(self) -> str:
+        if self.proposer == "none":
+            return "none"
+        return f"{self.proposer}:k={self.k}"
+
+
+def check_model_file(path: Path) -> None:
+    """Validate a GGUF before it reaches llama.cpp (raises ModelFileError)."""
+    validate_gguf(path)
+
+
+class LoadedModel:
+    def __init__(self, role: str, spec: ModelSpec, model: Model, ctx: Context) -> None:
+        self.role = role
+        self.spec = spec
+        self.model = model
+        self.ctx = ctx
+
+    @property
+    def name(self) -> str:
+        return self.spec.path.name
+
+    def memory(self) -> ModelMemory:
+        return ModelMemory(
+            role=self.role,
+            path=str(self.spec.path),
+            weights_bytes=int(self.model.shape.size_bytes),
+            kv_bytes=int(self.model.kv_bytes_per_token() * self.ctx.n_ctx),
+            n_ctx=self.ctx.n_ctx,
+            n_gpu_layers=self.spec.n_gpu_layers,
+        )
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float) -> LoadedModel:
+    check_model_file(spec.path)
+    cb = None
+    if progress is not None:
+        name = spec.path.name
+
+        def cb(p: float) -> bool:
+            return progress(f"loading {role} {name}", lo + (hi - lo) * p)
+
+    model = Model(spec.path, n_gpu_layers=spec.n_gpu_layers, progress=cb)
+    try:
+        ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
+    except BaseException:
+        model.close()
+        raise
+    return LoadedModel(role, spec, model, ctx)
+
+
+class Session:
+    """A loaded target (and optionally a draft) with what has been learnt about them."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, compat: Compatibility | None = None) -> None:
+        self.target = target
+        self.draft = draft
+        self.compat = compat
+        # One auto controller per session: its measured costs and acceptance carry over
+        # from one generation to the next.
+        self.auto = AutoK()
+
+    # -- loading ----------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        target: ModelSpec,
+        draft: ModelSpec | None = None,
+        progress: LoadProgress | None = None,
+    ) -> "Session":
+        check_model_file(target.path)
+        if draft is not None:
+            check_model_file(draft.path)
+        sizes = [target.path.stat().st_size, draft.path.stat().st_size if draft else 0]
+        split = sizes[0] / max(1, sum(sizes))
+        t = _load_one("target", target, progress, 0.0, split if draft else 1.0)
+        try:
+            d = None
+            compat = None
+            if draft is not None:
+                d = _load_one("draft", draft, progress, split, 1.0)
+                compat = check_compatible(t.model.vocab_info(), d.model.vocab_info())
+                if not compat:
+                    d.close()
+                    raise IncompatibleDraftError(
+                        f"draft {draft.path.name} is incompatible with target {target.path.name}: {compat.reason}"
+                    )
+        except BaseException:
+            t.close()
+            raise
+        return cls(t, d, compat)
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
+        if self.target is not None:
+            self.target.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- prompts ----------------------------------------------------------------
+
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """Tokens of a chat, formatted with the target's own chat template."""
+        m = self.target.model
+        vi = m.vocab_info()
+        text = render_chat(
+            m.chat_template(),
+            messages,
+            bos_token=m.token_text(vi.bos) if vi.bos >= 0 else "",
+            eos_token=m.token_text(vi.eos) if vi.eos >= 0 else "",
+        )
+        toks = m.tokenize(text, add_special=True, parse_special=True)
+        if len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:
+            toks = toks[1:]  # the template already wrote BOS
+        return toks
+
+    def raw_prompt(self, text: str) -> list[int]:
+        return self.target.model.tokenize(text, add_special=True, parse_special=False)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.target.model.detokenize(list(tokens))
+
+    # -- generation ---------------------------------------------------------------
+
+    def check_fits(self, prompt: Sequence[int], max_tokens: int) -> None:
+        n_ctx = self.target.ctx.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ContextOverflowError(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; raise --ctx or shorten it")
+        if len(prompt) + max_tokens > n_ctx:
+            raise ContextOverflowError(
+                f"max tokens {max_tokens} runs past the context: prompt {len(prompt)} + {max_tokens} > {n_ctx}; "
+                f"lower max tokens to {n_ctx - len(prompt)} or raise the context size"
+            )
+
+    def make_controller(self, config: GenerationConfig) -> Controller:
+        return self.auto if config.k == "auto" else FixedK(int(config.k))
+
+    def make_proposer(self, config: GenerationConfig):
+        if config.proposer == "none":
+            return NoProposer()
+        if config.proposer == "ngram":
+            return NgramProposer()
+        if self.draft is None:
+            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use ngram/none")
+        dm = DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=config.p_min)
+        return dm if config.proposer == "draft" else HybridProposer(dm)
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Step]:
+        """Stream the generation: one Step per propose/verify pass."""
+        self.check_fits(prompt, config.max_tokens)
+        proposer = self.make_proposer(config)
+        controller = self.make_controller(config)
+        rng = np.random.default_rng(config.seed)
+        yield from speculate(
+            self.target.ctx,
+            proposer,
+            controller,
+            list(prompt),
+            params=config.sampling,
+            max_tokens=config.max_tokens,
+            rng=rng,
+            cancel=cancel,
+        )
+
+    def run(self, prompt: Sequence[int], config: GenerationConfig, cancel=None) -> "Generation":
+        steps = list(self.generate(prompt, config, cancel))
+        return Generation(steps=steps, config=config, prompt=list(prompt))
+
+    def reset(self) -> None:
+        """Empty both contexts, so the next run evaluates its whole prompt (fair timing,
+        exact replays)."""
+        self.target.ctx.rollback(0)
+        if self.draft is not None:
+            self.draft.ctx.rollback(0)
+
+    def warm_up(self, n: int = 8) -> None:
+        """Touch every weight once (mmap page-in) so the first timed run is not a cold one."""
+        for lm in (self.target, self.draft):
+            if lm is None:
+                continue
+            toks = lm.model.tokenize("Warm up the model.", add_special=True)[:n] or [0]
+            lm.ctx.prefill(toks)
+            lm.ctx.eval([toks[-1]], all_rows=False)
+            lm.ctx.rollback(0)
+
+    # -- memory -------------------------------------------------------------------
+
+    def memory(self, roles: Sequence[str] = ("target", "draft")) -> MemoryReport:
+        models = []
+        if "target" in roles:
+            models.append(self.target.memory())
+        if "draft" in roles and self.draft is not None:
+            models.append(self.draft.memory())
+        return report(models)
+
+
+@dataclass
+class Generation:
+    """A finished generation, with everything a report needs."""
+
+    steps: list[Step]
+    config: GenerationConfig
+    prompt: list[int]
+
+    @property
+    def stats(self):
+        return self.steps[-1].stats
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t.token for s in self.steps for t in s.tokens]
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.steps[-1].stop_reason if self.steps else None
+
+    def to_dict(self, memory: MemoryReport | None = None) -> dict:
+        st = self.stats.to_dict()
+        d = {
+            "config": {
+                "proposer": self.config.proposer,
+                "k": self.config.k,
+                "p_min": self.config.p_min,
+                "temperature": self.config.sampling.temperature,
+                "top_k": self.config.sampling.top_k,
+                "top_p": self.config.sampling.top_p,
+                "min_p": self.config.sampling.min_p,
+                "seed": self.config.seed,
+                "max_tokens": self.config.max_tokens,
+            },
+            "text": self.text,
+            "tokens": self.tokens,
+            "stop_reason": self.stop_reason,
+            "stats": st,
+        }
+        if memory is not None:
+            d["memory"] = memory.to_dict()
+        return d

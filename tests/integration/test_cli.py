@@ -1,0 +1,130 @@
+"""The command line, as a user runs it: a real process, real files, exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PY = sys.executable
+
+
+def cli(*args, timeout=600, **kw):
+    env = dict(os.environ)
+    return subprocess.run([PY, "-m", "specdesk", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+def assert_one_line_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def smol_args(smol_path, smol_draft_path):
+    return ["--target", smol_path, "--draft", smol_draft_path, "--ctx", "512", "--threads", "2"]
+
+
+def test_generate_json_has_text_tokens_stats_memory(smol_args):
+    r = cli("generate", *smol_args, "--prompt", "Say hello.", "--k", "3", "--max-tokens", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["text"] and len(out["tokens"]) == out["stats"]["generated"] <= 16
+    for key in ("drafted", "accepted", "acceptance_rate", "mean_accepted_length", "drafted_per_position",
+                "accepted_per_position", "steps", "generated", "tokens_per_second", "decode_seconds",
+                "draft_seconds", "verify_seconds", "overhead_seconds"):
+        assert key in out["stats"], key
+    assert set(out["memory"]["models"]) == {"target", "draft"}
+
+
+def test_generate_streams_text_and_summarises_on_stderr(smol_args):
+    r = cli("generate", *smol_args, "--prompt", "Count from one to five.", "--max-tokens", "12", "--proposer", "ngram")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    assert "tok/s" in r.stderr and "stop:" in r.stderr
+
+
+def test_compare_json_reports_speedup_and_identity(smol_args):
+    r = cli("compare", *smol_args, "--prompt", "Write a haiku about rain.", "--k", "2", "--max-tokens", "24", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["speedup"] > 0
+    assert out["baseline"]["stats"]["drafted"] == 0
+    assert out["speculative"]["stats"]["drafted"] > 0
+    assert "draft" not in out["baseline"]["memory"]["models"]
+    assert isinstance(out["identical"], bool)
+    if not out["identical"]:
+        d = out["divergence"]
+        assert d["verdict"] in ("near-tie", "mismatch") and d["margin"] >= 0 and "index" in d
+
+
+def test_compare_prints_side_by_side(smol_args):
+    r = cli("compare", *smol_args, "--prompt", "Name three planets.", "--k", "2", "--max-tokens", "16")
+    assert r.returncode == 0, r.stderr
+    assert "target alone" in r.stdout and "speculative" in r.stdout and "identical at T=0" in r.stdout
+
+
+def test_check_pair_exit_codes(smol_path, smol_draft_path, qwen_draft_path):
+    assert cli("models", "check-pair", smol_path, smol_draft_path).returncode == 0
+    r = cli("models", "check-pair", qwen_draft_path, smol_path)
+    assert_one_line_error(r, "special tokens differ")
+
+
+def test_missing_file(tmp_path, smol_path):
+    r = cli("generate", "--target", tmp_path / "nope.gguf", "--draft", smol_path, "--prompt", "x")
+    assert_one_line_error(r, "nope.gguf")
+
+
+def test_not_a_gguf(tmp_path, smol_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("just some text, not a model\n")
+    r = cli("generate", "--target", bad, "--draft", smol_path, "--prompt", "x")
+    assert_one_line_error(r, "notes.gguf", "GGUF")
+
+
+def test_truncated_gguf(tmp_path, smol_path):
+    cut = tmp_path / "cut.gguf"
+    with open(smol_path, "rb") as f:
+        cut.write_bytes(f.read(30_000_000))
+    r = cli("generate", "--target", cut, "--draft", smol_path, "--prompt", "x")
+    assert_one_line_error(r, "cut.gguf", "truncated")
+
+
+def test_incompatible_draft(smol_path, qwen_draft_path):
+    r = cli("generate", "--target", qwen_draft_path, "--draft", smol_path, "--prompt", "x", "--ctx", "256")
+    assert_one_line_error(r, "incompatible", "BOS")
+
+
+def test_prompt_longer_than_context(smol_args):
+    r = cli("generate", *smol_args[:-4], "--ctx", "64", "--prompt", "word " * 200)
+    assert_one_line_error(r, "context")
+
+
+def test_max_tokens_past_context(smol_args):
+    r = cli("generate", *smol_args, "--prompt", "hello", "--max-tokens", "5000")
+    assert_one_line_error(r, "max tokens", "context")
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "two"])
+def test_bad_k(smol_args, k):
+    assert_one_line_error(cli("generate", *smol_args, "--prompt", "x", "--k", k), "k must be")
+
+
+def test_negative_temperature(smol_args):
+    assert_one_line_error(cli("generate", *smol_args, "--prompt", "x", "--temp", "-0.5"), "temperature")
+
+
+def test_no_half_written_files_after_errors(tmp_path, smol_path):
+    before = set(os.listdir(tmp_path))
+    cli("generate", "--target", tmp_path / "nope.gguf", "--prompt", "x")
+    assert set(os.listdir(tmp_path)) == before
+
+
+def test_fetch_default_does_nothing_when_files_are_verified():
+    r = cli("models", "fetch-default", "--test-model", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "already in place" in r.stderr

@@ -1,0 +1,116 @@
+"""The llama.cpp engine: logits rows, rollback, prefix reuse, vocab checks."""
+
+import numpy as np
+import pytest
+
+from specdesk.engine.context import Context
+from specdesk.engine.model import Model
+from specdesk.engine.vocab import check_compatible
+from specdesk.errors import ContextOverflowError
+
+
+@pytest.fixture(scope="module")
+def smol(smol_path):
+    m = Model(smol_path)
+    yield m
+    m.close()
+
+
+def test_prefill_returns_only_the_last_row(smol):
+    ctx = Context(smol, n_ctx=256, threads=2)
+    toks = smol.tokenize("The quick brown fox jumps over the lazy")
+    row = ctx.prefill(toks)
+    assert row.shape == (smol.n_vocab,)
+    assert ctx.n_past == len(toks) and ctx.history == toks
+    assert ctx.last_prefill_evaluated == len(toks)
+    ctx.close()
+
+
+def test_batched_rows_match_their_positions(smol):
+    """Row i of a batch predicts the token after batch[:i+1] (same as stepping)."""
+    ctx = Context(smol, n_ctx=256, threads=2)
+    toks = smol.tokenize("Once upon a time, in a land far away,")
+    base = len(toks) - 3
+    ctx.prefill(toks[:base], logits=False)
+    rows = ctx.eval(toks[base:], all_rows=True)
+    assert rows.shape == (3, smol.n_vocab)
+    ctx.rollback(base)
+    for i, t in enumerate(toks[base:]):
+        single = ctx.eval([t], all_rows=False)[-1]
+        assert np.argmax(single) == np.argmax(rows[i])
+        assert np.allclose(single, rows[i], atol=0.5)
+    ctx.close()
+
+
+def test_rollback_then_reevaluate_gives_the_same_logits(smol):
+    ctx = Context(smol, n_ctx=256, threads=2)
+    toks = smol.tokenize("def add(a, b):\n    return")
+    a = ctx.prefill(toks)
+    ctx.eval(smol.tokenize(" a + b + c", add_special=False))
+    ctx.rollback(len(toks) - 1)
+    assert ctx.history == toks[:-1]
+    b = ctx.eval([toks[-1]], all_rows=False)[-1]
+    assert np.argmax(a) == np.argmax(b)
+    ctx.close()
+
+
+def test_prefix_reuse_evaluates_only_new_tokens(smol):
+    ctx = Context(smol, n_ctx=256, threads=2)
+    t1 = smol.tokenize("User: hello there\nAssistant:")
+    ctx.prefill(t1)
+    t2 = t1 + smol.tokenize(" hi!\nUser: how are you?\nAssistant:", add_special=False)
+    before = ctx.evaluated
+    ctx.prefill(t2)
+    assert ctx.last_prefill_evaluated == len(t2) - len(t1)
+    assert ctx.evaluated - before == len(t2) - len(t1)
+    # an identical prompt re-evaluates only its last token (to produce logits)
+    ctx.prefill(t2)
+    assert ctx.last_prefill_evaluated == 1
+    ctx.close()
+
+
+def test_context_overflow_is_an_error_not_a_crash(smol):
+    ctx = Context(smol, n_ctx=32, threads=2)
+    n = ctx.n_ctx  # llama.cpp may round the size up
+    with pytest.raises(ContextOverflowError):
+        ctx.prefill(list(range(100, 100 + n + 8)))
+    ctx.prefill(list(range(100, 100 + n - 2)))
+    with pytest.raises(ContextOverflowError):
+        ctx.eval(list(range(5)))
+    assert ctx.n_past == n - 2
+    ctx.close()
+
+
+def test_vocab_compatibility_rules(smol_path, smol_draft_path, qwen_draft_path):
+    a = Model(smol_path, vocab_only=True)
+    b = Model(smol_draft_path, vocab_only=True)
+    q = Model(qwen_draft_path, vocab_only=True)
+    ok = check_compatible(a.vocab_info(), b.vocab_info())
+    assert ok and ok.n_common == 49152
+    bad = check_compatible(q.vocab_info(), a.vocab_info())
+    assert not bad and bad.rule == "special tokens"
+    assert "BOS" in bad.reason
+    for m in (a, b, q):
+        m.close()
+
+
+def test_token_text_rule_names_token_and_both_texts(smol_path):
+    import dataclasses
+
+    a = Model(smol_path, vocab_only=True).vocab_info()
+    b = dataclasses.replace(a, text=lambda i: "X" if i == 139 else a.text(i))
+    res = check_compatible(a, b)
+    assert res.rule == "token text" and res.token_id == 139
+    assert "token 139" in res.reason and repr(a.text(139)) in res.reason and "'X'" in res.reason
+
+
+def test_size_difference_up_to_128_is_allowed():
+    from specdesk.engine.vocab import VocabInfo
+
+    t = VocabInfo(2, 152064, 1, 2, False, False, text=str)
+    d = VocabInfo(2, 151936, 1, 2, False, False, text=str)
+    res = check_compatible(t, d)
+    assert res and res.n_common == 151936
+    far = VocabInfo(2, 151935 - 128, 1, 2, False, False, text=str)
+    res = check_compatible(t, far)
+    assert not res and res.rule == "vocab size"
