@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
     f = msub.add_parser("fetch-default", help="download and verify the default pair into models/")
     f.add_argument("--test-model", action="store_true", help="also fetch the tiny test model (SmolLM2-135M)")
-    ls = msub.add_parser("list", help="list the GGUF files SpecDesk can see")
+    ls = msub.add_parser("list", help="list the GGUF files on this computer (models/, your folders, HF cache, LM Studio, Ollama)")
     ls.add_argument("--json", action="store_true")
+    ls.add_argument("--no-cache", action="store_true", help="re-read every file instead of using the scan cache")
     ins = msub.add_parser("inspect", help="read a GGUF's metadata without loading the weights")
     ins.add_argument("file", type=Path)
     ins.add_argument("--json", action="store_true")
@@ -152,8 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     if args.command in (None, "gui"):
-        parser.print_help()
-        return 0
+        from .launcher import launch_gui
+
+        return launch_gui()
     try:
         return _dispatch(args)
     except SpecDeskError as e:

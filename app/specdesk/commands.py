@@ -249,26 +249,9 @@ def _fetch_default(args) -> int:
 
 
 def _models_list(args) -> int:
-    from .library.defaults import default_models
-    from .paths import models_dir
+    from .library.discovery import list_command
 
-    rows = []
-    known = set()
-    for m in default_models():
-        rows.append({"path": str(m.path), "name": m.name, "role": m.role, "present": m.path.is_file(), "size": m.size})
-        known.add(m.path.name)
-    d = models_dir()
-    if d.is_dir():
-        for p in sorted(d.glob("*.gguf")):
-            if p.name not in known:
-                rows.append({"path": str(p), "name": p.stem, "role": "", "present": True, "size": p.stat().st_size})
-    if args.json:
-        print(dump_json(rows))
-    else:
-        for r in rows:
-            state = "ok" if r["present"] else "missing"
-            print(f"{r['role'] or '-':<7} {state:<8} {_gib(r['size']):>10}  {r['path']}")
-    return 0
+    return list_command(args)
 
 
 def _models_inspect(args) -> int:
@@ -289,24 +272,9 @@ def _models_inspect(args) -> int:
     return 0
 
 
-def check_pair(target: Path, draft: Path):
-    """Compatibility with llama.cpp's rules, from vocab-only loads (no weights)."""
-    from .engine.model import Model
-    from .engine.vocab import check_compatible
-    from .session import check_model_file
-
-    check_model_file(target)
-    check_model_file(draft)
-    t = Model(target, vocab_only=True)
-    d = Model(draft, vocab_only=True)
-    try:
-        return check_compatible(t.vocab_info(), d.vocab_info())
-    finally:
-        t.close()
-        d.close()
-
-
 def _check_pair(args) -> int:
+    from .library.pairing import check_pair
+
     res = check_pair(args.target, args.draft)
     if args.json:
         print(dump_json({"compatible": res.ok, "rule": res.rule or None, "reason": res.reason or None,

@@ -58,3 +58,19 @@ def user_cache_dir() -> Path:
 
 def frozen() -> bool:
     return bool(getattr(sys, "frozen", False))
+
+
+def asset_path(name: str) -> Path | None:
+    """A file from assets/ (checkout) or the bundled copy; None if missing."""
+    candidates = []
+    root = project_root()
+    if root is not None:
+        candidates.append(root / "assets" / name)
+    candidates.append(_PKG_DIR / "data" / "assets" / name)
+    meipass = getattr(sys, "_MEIPASS", None)
+    if meipass:
+        candidates.append(Path(meipass) / "assets" / name)
+    for c in candidates:
+        if c.is_file():
+            return c
+    return None

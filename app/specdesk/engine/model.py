@@ -5,6 +5,7 @@ This package is the only code in SpecDesk that imports llama_cpp.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import logging
@@ -56,12 +57,22 @@ def last_native_error() -> str | None:
     return msg.rsplit(": ", 1)[-1] if msg.count(": ") >= 2 else msg
 
 
+def _detach_log() -> None:
+    """At exit, stop routing llama.cpp's log into Python: native code that logs while
+    the interpreter finalizes would otherwise call into a half-torn-down runtime."""
+    try:
+        llama_cpp.llama_log_set(ctypes.cast(None, llama_cpp.llama_log_callback), ctypes.c_void_p(0))
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+
+
 def ensure_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
+            atexit.register(_detach_log)
             _backend_ready = True
 
 

@@ -1,0 +1,357 @@
+"""The chat transcript: streamed token by token, each token coloured by where it
+came from, with a tooltip naming its draft position and, where known, p and q.
+
+Markdown is rendered readably: fenced code in a monospace font on a tinted block,
+inline `code` monospace, headings bold. With provenance colouring off, finished
+messages are rendered by Qt's own Markdown support.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat, QTextFrameFormat
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextBrowser, QToolTip, QWidget
+
+# kind -> (background, label, explanation)
+PROVENANCE = {
+    "accepted": ("#bfeec0", "accepted draft", "proposed by the draft model and kept by the target"),
+    "ngram": ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
+    "correction": ("#ffcdb8", "correction", "the target's own token after it rejected a draft token"),
+    "bonus": ("#c9ddff", "bonus", "the target's extra token after it accepted the whole draft"),
+    "target": ("", "target", "a plain target step (nothing was drafted)"),
+}
+
+SPAN_PROP = QTextFormat.Property.UserProperty + 1
+USER_BG = "#f1f3f5"
+
+
+def colour_key(kind: str, source: str) -> str:
+    if kind == "accepted" and source == "ngram":
+        return "ngram"
+    return kind if kind in PROVENANCE else "target"
+
+
+@dataclass
+class Span:
+    """One output token in the transcript (characters [start, end) of its message)."""
+
+    start: int
+    end: int
+    kind: str
+    source: str
+    position: int | None
+    p: float | None
+    q: float | None
+    lookup: int | None
+
+    def to_list(self) -> list:
+        return [self.start, self.end, self.kind, self.source, self.position, self.p, self.q, self.lookup]
+
+    @classmethod
+    def from_list(cls, x: list) -> "Span":
+        return cls(*x)
+
+    def describe(self) -> str:
+        label = PROVENANCE[colour_key(self.kind, self.source)][1]
+        parts = [f"<b>{html.escape(label)}</b>"]
+        if self.kind == "accepted" and self.position:
+            parts.append(f"draft position {self.position}")
+        elif self.kind in ("correction", "bonus") and self.position:
+            parts.append(f"after {self.position - 1} accepted")
+        if self.source == "ngram" and self.lookup is not None:
+            parts.append(f"copied from token {self.lookup} of the context")
+        if self.p is not None:
+            parts.append(f"p = {self.p:.3f}")
+        if self.q is not None:
+            parts.append(f"q = {self.q:.3f}")
+        return "<br>".join(parts)
+
+
+class _MarkdownState:
+    """Just enough Markdown to render code readably while streaming.
+
+    Characters are styled as they arrive (never held back for a later token), so
+    every character keeps the provenance of the token that produced it.
+    """
+
+    def __init__(self) -> None:
+        self.in_fence = False
+        self.in_inline = False
+        self.fence_line = False  # the rest of a ``` line (its language tag) is dimmed
+        self.line_start = True  # only blanks so far on this line
+        self.ticks = 0  # consecutive backticks
+        self.run_at_line_start = False
+        self.inline_before = False
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        """Split text into (style, chunk), style in {"text", "code", "inline", "fence"}."""
+        out: list[tuple[str, str]] = []
+
+        def emit(style: str, ch: str) -> None:
+            if out and out[-1][0] == style:
+                out[-1] = (style, out[-1][1] + ch)
+            else:
+                out.append((style, ch))
+
+        for ch in text:
+            if ch == "`":
+                if self.ticks == 0:
+                    self.run_at_line_start = self.line_start
+                    self.inline_before = self.in_inline
+                self.ticks += 1
+                if self.ticks == 3 and self.run_at_line_start:
+                    self.in_inline = False
+                    self.in_fence = not self.in_fence
+                    self.fence_line = True
+                elif not self.in_fence and self.ticks == 1:
+                    self.in_inline = not self.in_inline
+                elif not self.in_fence and self.ticks == 2:
+                    self.in_inline = self.inline_before
+                emit("fence", ch)
+                self.line_start = False
+                continue
+            self.ticks = 0
+            if ch == "\n":
+                style = "fence" if self.fence_line else ("code" if self.in_fence else "text")
+                emit(style, ch)
+                self.fence_line = False
+                self.in_inline = False
+                self.line_start = True
+                continue
+            if self.fence_line:
+                style = "fence"
+            elif self.in_fence:
+                style = "code"
+            elif self.in_inline:
+                style = "inline"
+            else:
+                style = "text"
+            emit(style, ch)
+            if not ch.isspace():
+                self.line_start = False
+        return out
+
+
+class ChatView(QTextBrowser):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setOpenExternalLinks(True)
+        self.setReadOnly(True)
+        self.viewport().setMouseTracking(True)
+        self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self._provenance = True
+        self._messages: list[tuple[str, str, list[Span] | None]] = []  # finished messages
+        self._live_spans: list[Span] = []
+        self._live_text = ""
+        self._live_md: _MarkdownState | None = None
+        self._live_frame = None
+        self._all_spans: list[Span] = []  # flat list indexed by SPAN_PROP
+        self.document().setDocumentMargin(12)
+
+    # -- public API ----------------------------------------------------------------
+
+    @property
+    def provenance(self) -> bool:
+        return self._provenance
+
+    def set_provenance(self, on: bool) -> None:
+        if on != self._provenance:
+            self._provenance = on
+            self._rerender()
+
+    def set_messages(self, messages: list[tuple[str, str, list[Span] | None]]) -> None:
+        """(role, text, spans) for each finished message."""
+        self._messages = list(messages)
+        self._live_md = None
+        self._rerender()
+
+    def add_message(self, role: str, text: str, spans: list[Span] | None = None) -> None:
+        self._messages.append((role, text, spans))
+        self._render_message(role, text, spans)
+        self._scroll_to_end()
+
+    def begin_answer(self) -> None:
+        self._live_spans = []
+        self._live_text = ""
+        self._live_md = _MarkdownState()
+        self._live_frame = self._start_block("assistant")
+
+    def append_tokens(self, tokens) -> None:
+        """tokens: TokenInfo objects of one step."""
+        if self._live_md is None:
+            self.begin_answer()
+        cur = self._live_frame.lastCursorPosition()
+        for t in tokens:
+            start = len(self._live_text)
+            self._live_text += t.text
+            span = Span(start, len(self._live_text), t.kind, t.source, t.position, t.p, t.q, t.lookup_start)
+            self._live_spans.append(span)
+            self._insert_token(cur, t.text, span, self._live_md, colour=self._provenance)
+        self._scroll_to_end()
+
+    def end_answer(self) -> tuple[str, list[Span]]:
+        text, spans = self._live_text, self._live_spans
+        self._messages.append(("assistant", text, spans))
+        self._live_md = None
+        self._live_spans = []
+        self._live_text = ""
+        if not self._provenance:
+            self._rerender()
+        return text, spans
+
+    def discard_answer(self) -> None:
+        self._live_md = None
+        self._live_spans = []
+        self._live_text = ""
+        self._rerender()
+
+    @property
+    def live_text(self) -> str:
+        return self._live_text
+
+    @property
+    def live_spans(self) -> list[Span]:
+        return list(self._live_spans)
+
+    def messages(self) -> list[tuple[str, str, list[Span] | None]]:
+        return list(self._messages)
+
+    def last_answer(self) -> str:
+        for role, text, _ in reversed(self._messages):
+            if role == "assistant":
+                return text
+        return ""
+
+    def transcript(self) -> str:
+        names = {"user": "You", "assistant": "Assistant", "system": "System"}
+        return "\n\n".join(f"{names.get(r, r)}:\n{t}" for r, t, _ in self._messages)
+
+    # -- rendering -------------------------------------------------------------------
+
+    def _end_cursor(self) -> QTextCursor:
+        cur = QTextCursor(self.document())
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        return cur
+
+    def _scroll_to_end(self) -> None:
+        sb = self.verticalScrollBar()
+        sb.setValue(sb.maximum())
+
+    def _rerender(self) -> None:
+        self.document().clear()
+        self._all_spans = []
+        for role, text, spans in self._messages:
+            self._render_message(role, text, spans)
+        if self._live_md is not None:
+            self._live_frame = self._start_block("assistant")
+            md = _MarkdownState()
+            self._live_md = md
+            cur = self._live_frame.lastCursorPosition()
+            for sp in self._live_spans:
+                self._insert_token(cur, self._live_text[sp.start : sp.end], sp, md, colour=self._provenance)
+        self._scroll_to_end()
+
+    def _start_block(self, role: str):
+        """A heading and a frame for one message; returns the frame to write into."""
+        cur = self._end_cursor()
+        if not self.document().isEmpty():
+            cur.insertBlock()
+        head = QTextCharFormat()
+        head.setFontWeight(QFont.Weight.Bold)
+        head.setForeground(QColor("#495057"))
+        bf = QTextBlockFormat()
+        bf.setTopMargin(10)
+        cur.insertBlock(bf)
+        cur.insertText("You" if role == "user" else "Assistant", head)
+        frame = QTextFrameFormat()
+        frame.setPadding(8)
+        frame.setBorder(0)
+        if role == "user":
+            frame.setBackground(QColor(USER_BG))
+        return cur.insertFrame(frame)
+
+    def _render_message(self, role: str, text: str, spans: list[Span] | None) -> None:
+        cur = self._start_block(role).lastCursorPosition()
+        if role != "assistant" or not spans or not self._provenance:
+            if role == "assistant":
+                cur.insertMarkdown(text)
+            else:
+                cur.insertText(text, QTextCharFormat())
+            return
+        md = _MarkdownState()
+        for sp in spans:
+            self._insert_token(cur, text[sp.start : sp.end], sp, md, colour=True)
+
+    def _insert_token(self, cur: QTextCursor, text: str, span: Span, md: _MarkdownState, colour: bool) -> None:
+        idx = len(self._all_spans)
+        self._all_spans.append(span)
+        bg = PROVENANCE[colour_key(span.kind, span.source)][0] if colour else ""
+        for style, chunk in md.feed(text):
+            fmt = QTextCharFormat()
+            fmt.setProperty(SPAN_PROP, idx)
+            if bg:
+                fmt.setBackground(QColor(bg))
+            if style in ("code", "inline"):
+                fmt.setFont(self._mono)
+                fmt.setForeground(QColor("#1d3557"))
+            elif style == "fence":
+                fmt.setFont(self._mono)
+                fmt.setForeground(QColor("#868e96"))
+            cur.insertText(chunk, fmt)
+
+    # -- hover -----------------------------------------------------------------------
+
+    def span_at(self, pos: QPoint) -> Span | None:
+        """The token under a viewport point, if any."""
+        cur = self.cursorForPosition(pos)  # the character boundary nearest to pos
+        idx = cur.position()
+        if pos.x() < self.cursorRect(cur).x():
+            idx -= 1  # pos is over the character before that boundary
+        if idx < 0 or idx + 1 > self.document().characterCount() - 1:
+            return None
+        probe = QTextCursor(self.document())
+        probe.setPosition(idx + 1)  # a cursor's char format is that of the character before it
+        prop = probe.charFormat().property(SPAN_PROP)
+        if not isinstance(prop, int) or prop >= len(self._all_spans):
+            return None
+        return self._all_spans[prop]
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 - Qt API
+        if event.type() == QEvent.Type.ToolTip:
+            span = self.span_at(event.pos())
+            if span is not None:
+                QToolTip.showText(event.globalPos(), span.describe(), self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+
+class Legend(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("legend")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 0, 4, 0)
+        lay.setSpacing(12)
+        for key in ("accepted", "ngram", "correction", "bonus"):
+            bg, label, why = PROVENANCE[key]
+            sw = QLabel()
+            sw.setFixedSize(14, 14)
+            sw.setStyleSheet(f"background:{bg}; border:1px solid #adb5bd; border-radius:2px;")
+            text = QLabel(label)
+            text.setToolTip(why)
+            sw.setToolTip(why)
+            item = QHBoxLayout()
+            item.setSpacing(4)
+            item.addWidget(sw)
+            item.addWidget(text)
+            lay.addLayout(item)
+        hint = QLabel("uncoloured: plain target step · hover a token for details")
+        hint.setStyleSheet("color:#868e96;")
+        lay.addWidget(hint)
+        lay.addStretch(1)

@@ -1,0 +1,242 @@
+"""Chat settings: the values, their persistence (QSettings for the defaults, the
+chat database per chat) and the dialog that edits them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..engine.model import default_threads
+from ..session import GenerationConfig, ModelSpec
+from ..speculative.sampling import SamplingParams
+
+PROPOSER_LABELS = {
+    "draft": "Draft model",
+    "ngram": "N-gram lookup (no draft model)",
+    "hybrid": "Hybrid (n-gram, else draft model)",
+    "none": "None (target alone)",
+}
+
+# Settings that only take effect after the models are reloaded.
+RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers")
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    proposer: str = "draft"
+    k: int = 4
+    auto_k: bool = True
+    p_min: float = 0.75
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = 0
+    max_tokens: int = 512
+    n_ctx: int = 4096
+    threads: int = 0  # 0 = physical cores
+    target_gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "ChatSettings":
+        if not d:
+            return cls()
+        out = cls()
+        for f in fields(cls):
+            if f.name in d:
+                try:
+                    out = replace(out, **{f.name: type(getattr(out, f.name))(d[f.name])})
+                except (TypeError, ValueError):
+                    pass
+        if out.proposer not in PROPOSER_LABELS:
+            out = replace(out, proposer="draft")
+        return out
+
+    def generation_config(self, has_draft: bool) -> GenerationConfig:
+        proposer = self.proposer
+        if proposer in ("draft", "hybrid") and not has_draft:
+            proposer = "ngram"
+        return GenerationConfig(
+            proposer=proposer,
+            k="auto" if self.auto_k else max(1, self.k),
+            p_min=self.p_min,
+            sampling=SamplingParams(
+                temperature=self.temperature,
+                top_k=self.top_k,
+                top_p=self.top_p,
+                min_p=self.min_p,
+            ),
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+        )
+
+    def model_spec(self, path, role: str) -> ModelSpec:
+        layers = self.target_gpu_layers if role == "target" else self.draft_gpu_layers
+        return ModelSpec(path, n_gpu_layers=layers, threads=self.threads or None, n_ctx=self.n_ctx)
+
+    def needs_reload(self, other: "ChatSettings") -> bool:
+        return any(getattr(self, k) != getattr(other, k) for k in RELOAD_KEYS)
+
+
+def load_defaults() -> ChatSettings:
+    qs = QSettings()
+    raw = qs.value("chat/defaults")
+    if isinstance(raw, str):
+        import json
+
+        try:
+            return ChatSettings.from_dict(json.loads(raw))
+        except ValueError:
+            pass
+    return ChatSettings()
+
+
+def save_defaults(s: ChatSettings) -> None:
+    import json
+
+    qs = QSettings()
+    qs.setValue("chat/defaults", json.dumps(s.to_dict()))
+    qs.sync()
+
+
+class SettingsDialog(QDialog):
+    """Edit one chat's settings. Says which changes reload the models."""
+
+    def __init__(self, settings: ChatSettings, has_gpu: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Chat settings")
+        self.setObjectName("settingsDialog")
+        self._initial = settings
+        lay = QVBoxLayout(self)
+
+        spec = QGroupBox("Speculation")
+        f = QFormLayout(spec)
+        self.proposer = QComboBox()
+        for key, label in PROPOSER_LABELS.items():
+            self.proposer.addItem(label, key)
+        self.proposer.setCurrentIndex(list(PROPOSER_LABELS).index(settings.proposer))
+        f.addRow("Proposer", self.proposer)
+        krow = QHBoxLayout()
+        self.auto_k = QCheckBox("auto")
+        self.auto_k.setToolTip("Draft only as far as it pays, from measured costs and acceptance")
+        self.k = QSpinBox()
+        self.k.setRange(1, 16)
+        self.k.setValue(settings.k)
+        self.auto_k.toggled.connect(lambda on: self.k.setEnabled(not on))
+        self.auto_k.setChecked(settings.auto_k)
+        self.k.setEnabled(not settings.auto_k)
+        krow.addWidget(self.k)
+        krow.addWidget(self.auto_k)
+        krow.addStretch(1)
+        f.addRow("Draft length k", krow)
+        self.p_min = self._dspin(0.0, 0.99, 0.05, settings.p_min)
+        self.p_min.setToolTip("Stop drafting when the draft's top probability falls below this")
+        f.addRow("p_min", self.p_min)
+        lay.addWidget(spec)
+
+        samp = QGroupBox("Sampling")
+        f = QFormLayout(samp)
+        self.temperature = self._dspin(0.0, 5.0, 0.1, settings.temperature)
+        self.temperature.setToolTip("0 = greedy: the output is exactly the target's argmax")
+        f.addRow("Temperature", self.temperature)
+        self.top_k = self._spin(0, 100000, settings.top_k)
+        self.top_k.setSpecialValueText("off")
+        f.addRow("Top-k", self.top_k)
+        self.top_p = self._dspin(0.01, 1.0, 0.05, settings.top_p)
+        f.addRow("Top-p", self.top_p)
+        self.min_p = self._dspin(0.0, 0.99, 0.01, settings.min_p)
+        f.addRow("Min-p", self.min_p)
+        self.seed = self._spin(0, 2**31 - 1, settings.seed)
+        f.addRow("Seed", self.seed)
+        self.max_tokens = self._spin(1, 1 << 20, settings.max_tokens)
+        f.addRow("Max tokens", self.max_tokens)
+        lay.addWidget(samp)
+
+        models = QGroupBox("Models (changes reload them)")
+        f = QFormLayout(models)
+        self.n_ctx = self._spin(256, 1 << 20, settings.n_ctx)
+        self.n_ctx.setSingleStep(1024)
+        f.addRow("Context size", self.n_ctx)
+        self.threads = self._spin(0, 256, settings.threads)
+        self.threads.setSpecialValueText(f"auto ({default_threads()})")
+        f.addRow("Threads", self.threads)
+        self.target_gpu_layers = self._spin(0, 999, settings.target_gpu_layers)
+        self.draft_gpu_layers = self._spin(0, 999, settings.draft_gpu_layers)
+        if not has_gpu:
+            for w in (self.target_gpu_layers, self.draft_gpu_layers):
+                w.setToolTip("This llama.cpp build has no GPU offload; layers stay on the CPU")
+        f.addRow("Target GPU layers", self.target_gpu_layers)
+        f.addRow("Draft GPU layers", self.draft_gpu_layers)
+        lay.addWidget(models)
+
+        self.reload_note = QLabel("")
+        self.reload_note.setObjectName("reloadNote")
+        self.reload_note.setWordWrap(True)
+        lay.addWidget(self.reload_note)
+        for w in (self.n_ctx, self.threads, self.target_gpu_layers, self.draft_gpu_layers):
+            w.valueChanged.connect(self._update_note)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        self._update_note()
+
+    @staticmethod
+    def _spin(lo: int, hi: int, v: int) -> QSpinBox:
+        w = QSpinBox()
+        w.setRange(lo, hi)
+        w.setValue(v)
+        return w
+
+    @staticmethod
+    def _dspin(lo: float, hi: float, step: float, v: float) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(lo, hi)
+        w.setSingleStep(step)
+        w.setDecimals(2)
+        w.setValue(v)
+        return w
+
+    def _update_note(self) -> None:
+        if self.value().needs_reload(self._initial):
+            self.reload_note.setText("⟳ Applying these settings reloads both models (in the background).")
+        else:
+            self.reload_note.setText("")
+
+    def value(self) -> ChatSettings:
+        return ChatSettings(
+            proposer=self.proposer.currentData(),
+            k=self.k.value(),
+            auto_k=self.auto_k.isChecked(),
+            p_min=round(self.p_min.value(), 4),
+            temperature=round(self.temperature.value(), 4),
+            top_k=self.top_k.value(),
+            top_p=round(self.top_p.value(), 4),
+            min_p=round(self.min_p.value(), 4),
+            seed=self.seed.value(),
+            max_tokens=self.max_tokens.value(),
+            n_ctx=self.n_ctx.value(),
+            threads=self.threads.value(),
+            target_gpu_layers=self.target_gpu_layers.value(),
+            draft_gpu_layers=self.draft_gpu_layers.value(),
+        )

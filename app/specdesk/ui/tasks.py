@@ -1,0 +1,102 @@
+"""Long work off the Qt thread.
+
+A Task runs a plain Python function in its own QThread. The function gets the task
+as its argument: it calls ``task.report(message, fraction)`` for progress,
+``task.emit_step(obj)`` for streaming results, and checks ``task.cancelled`` (or
+passes ``task.is_cancelled`` as a cancel callback) between units of work. Views
+only subscribe to the signals; no view code runs on the worker thread.
+
+Every running task is registered, so the window can stop them all on close and the
+tests can check that none is left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any, Callable
+
+from PySide6.QtCore import QThread, Signal
+
+from ..errors import Cancelled, SpecDeskError
+
+log = logging.getLogger(__name__)
+
+_live: "weakref.WeakSet[Task]" = weakref.WeakSet()
+_strong: set["Task"] = set()  # keep running tasks alive even if the caller drops them
+_lock = threading.Lock()
+
+
+def running_tasks() -> list["Task"]:
+    with _lock:
+        return [t for t in _live if t.isRunning()]
+
+
+class Task(QThread):
+    progress = Signal(str, float)
+    step = Signal(object)
+    succeeded = Signal(object)
+    failed = Signal(str)
+    was_cancelled = Signal()
+
+    def __init__(self, fn: Callable[["Task"], Any], name: str = "task", parent=None) -> None:
+        super().__init__(parent)
+        self._fn = fn
+        self._cancel = threading.Event()
+        self.name = name
+        self.setObjectName(name)
+        self.result: Any = None
+        self.error: str | None = None
+        with _lock:
+            _live.add(self)
+            _strong.add(self)
+        self.finished.connect(self._release)
+
+    def _release(self) -> None:
+        with _lock:
+            _strong.discard(self)
+
+    # -- called from the worker thread -------------------------------------------------
+
+    def report(self, message: str, fraction: float) -> bool:
+        self.progress.emit(message, float(fraction))
+        return not self._cancel.is_set()
+
+    def emit_step(self, obj: Any) -> None:
+        self.step.emit(obj)
+
+    def is_cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def run(self) -> None:  # worker thread
+        try:
+            self.result = self._fn(self)
+        except Cancelled:
+            self.was_cancelled.emit()
+            return
+        except SpecDeskError as e:
+            self.error = str(e)
+            self.failed.emit(str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a bug must reach the user as a message, not kill the app
+            log.exception("%s failed", self.name)
+            self.error = f"unexpected error in {self.name}: {type(e).__name__}: {e}"
+            self.failed.emit(self.error)
+            return
+        if self._cancel.is_set():
+            self.was_cancelled.emit()
+        self.succeeded.emit(self.result)
+
+    # -- called from the Qt thread -----------------------------------------------------
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def stop_and_wait(self, ms: int = 30000) -> bool:
+        self.cancel()
+        return self.wait(ms)

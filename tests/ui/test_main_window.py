@@ -1,0 +1,233 @@
+"""The main window with real models: chat, provenance, statistics, memory,
+stop/close mid-answer, bad files, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint
+
+from specdesk.ui.main_window import MainWindow
+from specdesk.ui.settings import ChatSettings, SettingsDialog
+
+LOAD_TIMEOUT = 120_000
+GEN_TIMEOUT = 300_000
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    yield w
+    w.close()
+
+
+def load(qtbot, w, target, draft):
+    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
+        w.load_models(Path(target), Path(draft) if draft else None)
+    assert blocker.args[0] is not None, w.error_banner.text()
+    return blocker.args[0]
+
+
+def ask(qtbot, w, text, timeout=GEN_TIMEOUT):
+    with qtbot.waitSignal(w.generation_finished, timeout=timeout) as blocker:
+        assert w.send(text)
+    return blocker.args[0]
+
+
+def test_chat_shows_streamed_answer_provenance_stats_and_memory(qtbot, window, smol_path, smol_draft_path):
+    w = window
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=4, p_min=0.0, max_tokens=48))
+    streamed = []
+    w.chat_view.textChanged.connect(lambda: streamed.append(w.chat_view.live_text))
+    gen = ask(qtbot, w, "Write a short Python function that adds two numbers.")
+    role, text, spans = w.chat_view.messages()[-1]
+    assert role == "assistant" and text == gen.text and text.strip()
+    assert len({s for s in streamed if s}) > 3, "the answer was not streamed step by step"
+    # provenance spans cover every output token, contiguously
+    assert len(spans) == gen.stats.generated
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+    assert {s.kind for s in spans} & {"accepted", "bonus"}
+    # the stats panel shows a non-zero acceptance rate
+    acc = w.stats.m_accept.value.text()
+    assert acc.endswith("%") and float(acc[:-1]) > 0
+    assert float(w.stats.m_tps.value.text()) > 0
+    # memory shows both models' weights
+    assert "weights" in w.stats.mem_target.text() and "MiB" in w.stats.mem_target.text()
+    assert "weights" in w.stats.mem_draft.text() and "MiB" in w.stats.mem_draft.text()
+    assert "VRAM" in w.stats.mem_vram.text()
+    # hovering a token finds its span: take the answer's first character on screen
+    from PySide6.QtGui import QTextCursor
+
+    found = w.chat_view.document().find(text[: min(len(text), 6)])
+    assert not found.isNull()
+    cur = QTextCursor(w.chat_view.document())
+    cur.setPosition(found.selectionStart())
+    w.chat_view.setTextCursor(cur)
+    w.chat_view.ensureCursorVisible()
+    rect = w.chat_view.cursorRect(cur)
+    span = w.chat_view.span_at(QPoint(rect.right() + 2, rect.center().y()))
+    assert span == spans[0], (repr(text[:20]), spans[:3], found.selectionStart())
+    assert "draft position" in span.describe() or span.kind in ("correction", "bonus", "target")
+
+
+def test_stop_mid_generation(qtbot, window, smol_path, smol_draft_path):
+    w = window
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=900))
+    steps = []
+
+    def started():
+        return w._gen_task is not None
+
+    assert w.send("Tell a very long story about a lighthouse keeper.")
+    qtbot.waitUntil(started)
+    w._gen_task.step.connect(steps.append)
+    qtbot.waitUntil(lambda: len(steps) >= 3, timeout=GEN_TIMEOUT)
+    assert w.stop_btn.isEnabled() and not w.send_btn.isEnabled()
+    with qtbot.waitSignal(w.generation_finished, timeout=30_000) as blocker:
+        w.stop_btn.click()
+    gen = blocker.args[0]
+    assert gen.stop_reason == "cancelled"
+    assert gen.stats.generated < 900
+    assert w.send_btn.isEnabled() and not w.stop_btn.isEnabled()
+    # what was shown is kept
+    assert w.chat_view.messages()[-1][1] == gen.text
+
+
+def test_close_mid_generation_leaves_no_thread(qtbot, tmp_path, smol_path, smol_draft_path):
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=900, auto_k=False, k=3))
+    assert w.send("Write a long essay about rivers.")
+    qtbot.waitUntil(lambda: w.chat_view.live_text != "", timeout=GEN_TIMEOUT)
+    w.close()  # the no_leaks fixture checks that no worker is left running
+    assert w.session is None
+
+
+def test_switch_models_mid_generation(qtbot, window, smol_path, smol_draft_path):
+    w = window
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=900, auto_k=False, k=3))
+    assert w.send("Describe the ocean in great detail.")
+    qtbot.waitUntil(lambda: w.chat_view.live_text != "", timeout=GEN_TIMEOUT)
+    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
+        w.load_models(smol_path, None)
+    assert blocker.args[0] is not None and blocker.args[0].draft is None
+    assert not w.generating
+
+
+def test_incompatible_draft_shows_the_reason(qtbot, window, smol_path, qwen_draft_path):
+    w = window
+    with qtbot.waitSignal(w.error_shown, timeout=LOAD_TIMEOUT) as blocker:
+        w.load_models(Path(smol_path), Path(qwen_draft_path))
+    msg = blocker.args[0]
+    assert "cannot draft for" in msg and "special tokens differ" in msg
+    assert w.error_banner.isVisible() and "BOS" in w.error_banner.text()
+    assert w.session is None
+
+
+@pytest.mark.parametrize("content", [b"not a model at all\n", b"GGUF\x03\x00\x00\x00" + b"\x00" * 12])
+def test_corrupt_gguf_shows_an_error(qtbot, window, tmp_path, content):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(content)
+    with qtbot.waitSignal(window.error_shown, timeout=LOAD_TIMEOUT) as blocker:
+        window.load_models(bad, None)
+    assert "broken.gguf" in blocker.args[0]
+    assert window.error_banner.isVisible()
+    assert window.session is None
+
+
+def test_chat_survives_a_restart(qtbot, tmp_path, smol_path, smol_draft_path):
+    data = tmp_path / "data"
+    w = MainWindow(data, autoload=False)
+    w.show()
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=24, auto_k=False, k=2, p_min=0.0))
+    gen = ask(qtbot, w, "Name three colours.")
+    w.close()
+
+    w2 = MainWindow(data, autoload=False)
+    w2.show()
+    try:
+        assert w2.chat_list.count() == 1
+        assert w2.chat_list.item(0).text().startswith("Name three colours")
+        msgs = w2.chat_view.messages()
+        assert [m[0] for m in msgs] == ["user", "assistant"]
+        assert msgs[1][1] == gen.text
+        assert len(msgs[1][2]) == gen.stats.generated  # provenance spans survived
+        assert w2.settings.k == 2 and w2.settings.max_tokens == 24  # per-chat settings too
+        assert w2.stats.m_gen.value.text() == str(gen.stats.generated)  # and its statistics
+    finally:
+        w2.close()
+
+
+def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, smol_draft_path):
+    """The user message is committed before generation starts; a killed app (here:
+    the database reopened while generating) has it."""
+    from specdesk.chatstore import ChatStore
+
+    data = tmp_path / "data"
+    w = MainWindow(data, autoload=False)
+    w.show()
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=300))
+    assert w.send("Count slowly to one hundred.")
+    other = ChatStore(data / "chats.sqlite3")
+    msgs = other.messages(w.chat_id)
+    other.close()
+    assert [m.role for m in msgs] == ["user"] and msgs[0].content == "Count slowly to one hundred."
+    w.close()
+
+
+def test_regenerate_clear_copy_and_provenance_toggle(qtbot, window, smol_path, smol_draft_path):
+    w = window
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=16, temperature=0.9, seed=1, auto_k=False, k=2))
+    ask(qtbot, w, "Say something.")
+    w.apply_settings(ChatSettings(max_tokens=16, temperature=0.9, seed=2, auto_k=False, k=2))
+    with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT):
+        w.regen_btn.click()
+    roles = [m[0] for m in w.chat_view.messages()]
+    assert roles == ["user", "assistant"]
+    assert [m.role for m in w.store.messages(w.chat_id)] == ["user", "assistant"]
+    w.copy_btn.click()
+    from PySide6.QtGui import QGuiApplication
+
+    assert QGuiApplication.clipboard().text() == w.chat_view.messages()[-1][1]
+    w.provenance_box.setChecked(False)
+    assert not w.chat_view.provenance
+    w.provenance_box.setChecked(True)
+    w.clear_btn.click()
+    assert w.chat_view.messages() == [] and w.store.messages(w.chat_id) == []
+
+
+def test_settings_dialog_flags_reload_and_round_trips(qtbot, window):
+    dlg = SettingsDialog(ChatSettings(), has_gpu=False, parent=window)
+    qtbot.addWidget(dlg)
+    assert dlg.reload_note.text() == ""
+    dlg.n_ctx.setValue(8192)
+    assert "reloads" in dlg.reload_note.text()
+    dlg.auto_k.setChecked(False)
+    dlg.k.setValue(6)
+    v = dlg.value()
+    assert v.n_ctx == 8192 and v.k == 6 and not v.auto_k
+    assert ChatSettings.from_dict(v.to_dict()) == v
+    dlg.close()
+
+
+def test_empty_state_without_models(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDESK_MODELS_DIR", str(tmp_path / "nomodels"))
+    w = MainWindow(tmp_path / "data", autoload=True)
+    w.show()
+    try:
+        qtbot.wait(50)
+        assert w.pages.currentWidget() is w.empty_state
+        assert w.empty_state.fetch_btn.isVisible() and w.empty_state.open_btn.isVisible()
+        assert w.session is None
+    finally:
+        w.close()
