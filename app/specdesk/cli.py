@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true")
     ins.add_argument("--ctx", type=_positive_int("context size"), default=4096)
     ins.add_argument("--gpu-layers", type=_non_negative_int("GPU layers"), default=0)
+    from .library.hub_cli import add_download_parser
+
+    add_download_parser(msub)
     cp = msub.add_parser("check-pair", help="can DRAFT speculate for TARGET? exit 0 if so, 2 with the reason if not")
     cp.add_argument("target", type=Path)
     cp.add_argument("draft", type=Path)

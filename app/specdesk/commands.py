@@ -220,6 +220,10 @@ def cmd_models(args) -> int:
         return _models_inspect(args)
     if sub == "check-pair":
         return _check_pair(args)
+    if sub == "download":
+        from .library.hub_cli import cmd_download
+
+        return cmd_download(args)
     raise SpecDeskError(f"unknown models command {sub!r}")
 
 

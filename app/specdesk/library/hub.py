@@ -1,0 +1,769 @@
+"""GGUF models from the Hugging Face Hub, through ``huggingface_hub``.
+
+``list_gguf``
+    The GGUF models of a repo (``HfApi.model_info(files_metadata=True)``), one
+    ``HubModelFile`` per model: a split GGUF (``name-00001-of-00003.gguf``, ...) is one
+    entry with its parts in order. Sizes come from the API, the quantization type from
+    the file name.
+``pick``
+    One entry by file name or quantization, with a one-line error that lists what the
+    repo has when nothing (or more than one thing) matches.
+``download``
+    Every part into the Hugging Face cache (``HF_HUB_CACHE``), resumable, with
+    aggregate progress and cancellation, checked against the Hub's sha256 and by the
+    GGUF validator; returns the path of the first part in the cache snapshot.
+``cached_gguf_files``
+    The GGUF models already complete in the cache (``scan_cache_dir``).
+
+How a download works. huggingface_hub 2.4.0's ``hf_hub_download`` writes to a
+process-unique temporary file and deletes it when the download fails, so it cannot
+resume an interrupted or cancelled download in a later call, and it checks only the
+size of what it received. To resume across calls, ``download`` does the transfer of a
+part itself with huggingface_hub's own pieces -- ``get_hf_file_metadata`` (the ``HEAD``
+on ``/resolve`` that gives commit, etag, size and CDN location) and ``http_get`` (the
+streaming ``GET``, which sends ``Range`` to resume and retries dropped connections) --
+into ``<cache>/models--org--repo/blobs/<sha256>.incomplete``, under the same lock file
+``hf_hub_download`` uses. The partial file survives a failure or a cancel; the next
+call continues it with a ``Range`` request. When the part is complete and its sha256
+matches the etag it becomes ``blobs/<sha256>``, and ``hf_hub_download`` (which finds
+the blob and downloads nothing) writes the ``refs`` and the snapshot link, so the cache
+layout stays huggingface_hub's. No HTTP is done here by hand.
+
+Progress and cancellation go through the ``tqdm_class`` hook of ``http_get``: its
+``update`` reports the bytes and raises ``Cancelled`` when ``cancel()`` is true. The
+hook is called once per chunk of ``huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE``
+(10 MiB), so that is the granularity of both.
+
+The endpoint is read from ``HF_ENDPOINT`` and the cache from ``HF_HUB_CACHE`` (or
+``HF_HOME``) when a function is called, not when huggingface_hub was imported, and is
+passed to huggingface_hub explicitly. Every error is a ``SpecDeskError`` with a
+one-line message.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+from urllib.parse import urlsplit
+
+from ..errors import Cancelled, ModelFileError, SpecDeskError
+from .gguf_file import read_gguf, validate_gguf
+
+__all__ = [
+    "DownloadError",
+    "HubFile",
+    "HubModelFile",
+    "cached_gguf_files",
+    "download",
+    "endpoint",
+    "hub_cache_dir",
+    "list_gguf",
+    "parse_quant",
+    "pick",
+]
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
+CancelCheck = Callable[[], bool]
+
+
+class DownloadError(SpecDeskError):
+    """Listing or downloading from the Hugging Face Hub failed."""
+
+
+# --------------------------------------------------------------------------------------
+# Environment
+# --------------------------------------------------------------------------------------
+
+
+def endpoint() -> str:
+    """The Hub endpoint: ``$HF_ENDPOINT`` (read now) or https://huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+_endpoint_now = endpoint  # ``endpoint`` is also a parameter name of the functions below
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face cache, resolved like huggingface_hub does but read now:
+    ``$HF_HUB_CACHE``, ``$HUGGINGFACE_HUB_CACHE``, ``$HF_HOME/hub``, or
+    ``$XDG_CACHE_HOME/huggingface/hub`` (default ``~/.cache/huggingface/hub``)."""
+
+    def expand(p: str) -> Path:
+        return Path(os.path.expandvars(os.path.expanduser(p)))
+
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return expand(os.environ[var])
+    if os.environ.get("HF_HOME"):
+        return expand(os.environ["HF_HOME"]) / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return expand(xdg) / "huggingface" / "hub"
+
+
+def _cache_path(cache_dir: str | os.PathLike[str] | None) -> Path:
+    # hf_hub_download resolves its cache_dir the same way; the partial files must agree.
+    return (Path(cache_dir) if cache_dir is not None else hub_cache_dir()).expanduser().resolve()
+
+
+# --------------------------------------------------------------------------------------
+# File names
+# --------------------------------------------------------------------------------------
+
+# Q4_K_M, Q8_0, Q4_0_4_4, Q6_K, IQ4_XS, IQ2_XXS, TQ1_0, F16, BF16, F32, MXFP4, ...
+_QUANT_RE = re.compile(
+    r"(?<![A-Za-z0-9])(I?Q[1-8](?:_[0-9])*(?:_K)?(?:_(?:XXS|XS|NL|S|M|L|XL))?|TQ[12]_0|MXFP4|BF16|FP16|FP32|F16|F32)"
+    r"(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+_SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+
+def parse_quant(filename: str) -> str | None:
+    """The quantization type named in a GGUF file name (the last one), upper case:
+    ``"model.Q4_K_M.gguf"`` -> ``"Q4_K_M"``, ``"x-IQ4_XS-00001-of-00002.gguf"`` ->
+    ``"IQ4_XS"``; None if the name has none."""
+    name = filename.rsplit("/", 1)[-1]
+    m = _SPLIT_RE.match(name)
+    stem = m.group("base") if m else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
+    found = _QUANT_RE.findall(stem)
+    if not found:
+        return None
+    q = found[-1].upper()
+    return {"FP16": "F16", "FP32": "F32"}.get(q, q)
+
+
+def _is_projector(filename: str) -> bool:
+    # Vision projectors (mmproj-*.gguf) are not language models: llama.cpp refuses them as one.
+    return filename.rsplit("/", 1)[-1].lower().startswith("mmproj")
+
+
+# --------------------------------------------------------------------------------------
+# Listing
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repo."""
+
+    filename: str  # the path in the repo
+    size: int | None
+    quant: str | None
+    sha256: str | None = None  # the LFS sha256, when the Hub gives it
+
+
+@dataclass(frozen=True)
+class HubModelFile:
+    """One model of a repo: a single GGUF, or all the parts of a split GGUF in order."""
+
+    quant: str | None
+    files: tuple[HubFile, ...]
+
+    @property
+    def primary(self) -> HubFile:
+        """The file llama.cpp opens: the only one, or part 1."""
+        return self.files[0]
+
+    @property
+    def total_size(self) -> int | None:
+        sizes = [f.size for f in self.files]
+        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+
+    @property
+    def is_split(self) -> bool:
+        return _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1]) is not None
+
+    @property
+    def n_parts(self) -> int:
+        """How many parts the model has (from the file names); 1 if it is not split."""
+        m = _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1])
+        return int(m.group("count")) if m else 1
+
+    @property
+    def complete(self) -> bool:
+        """All parts are there (always true for a single file)."""
+        if not self.is_split:
+            return True
+        matches = [_SPLIT_RE.match(f.filename.rsplit("/", 1)[-1]) for f in self.files]
+        nos = [int(m.group("no")) if m else 0 for m in matches]
+        return nos == list(range(1, self.n_parts + 1))
+
+    @property
+    def name(self) -> str:
+        """A display name: the file name, or for a split model ``base.gguf``."""
+        head, _, tail = self.primary.filename.rpartition("/")
+        m = _SPLIT_RE.match(tail)
+        if m is None:
+            return self.primary.filename
+        return f"{head}/{m.group('base')}.gguf" if head else f"{m.group('base')}.gguf"
+
+
+def group_gguf(files: Iterable[HubFile]) -> list[HubModelFile]:
+    """Group GGUF files into models: split parts together in part order; vision
+    projectors (mmproj-*) and non-GGUF files are left out. Sorted by name."""
+    singles: list[HubModelFile] = []
+    splits: dict[tuple[str, str], list[tuple[int, HubFile]]] = {}
+    for f in files:
+        if not f.filename.lower().endswith(".gguf") or _is_projector(f.filename):
+            continue
+        head, _, tail = f.filename.rpartition("/")
+        m = _SPLIT_RE.match(tail)
+        if m is None:
+            singles.append(HubModelFile(f.quant, (f,)))
+        else:
+            key = (f"{head}/{m.group('base')}" if head else m.group("base"), m.group("count"))
+            splits.setdefault(key, []).append((int(m.group("no")), f))
+    models = list(singles)
+    for parts in splits.values():
+        parts.sort(key=lambda p: p[0])
+        ordered = tuple(p[1] for p in parts)
+        models.append(HubModelFile(ordered[0].quant, ordered))
+    models.sort(key=lambda m: m.name.lower())
+    return models
+
+
+def list_gguf(repo_id: str, revision: str | None = None, token: str | None = None, *,
+              endpoint: str | None = None) -> list[HubModelFile]:
+    """The GGUF models of ``repo_id`` at ``revision`` (default: main), with sizes."""
+    from huggingface_hub import HfApi
+
+    ep = (endpoint or _endpoint_now()).rstrip("/")
+    try:
+        info = HfApi(endpoint=ep).model_info(repo_id, revision=revision, files_metadata=True, token=token)
+    except Exception as e:  # noqa: BLE001 - mapped to one-line errors, others re-raised
+        raise _map_error(e, repo_id=repo_id, revision=revision, endpoint=ep, token=token) from e
+    files = []
+    for s in info.siblings or []:
+        size = s.lfs.size if s.lfs is not None else s.size
+        sha = s.lfs.sha256 if s.lfs is not None else None
+        files.append(HubFile(s.rfilename, size, parse_quant(s.rfilename), sha))
+    return group_gguf(files)
+
+
+def _describe(m: HubModelFile) -> str:
+    parts = f", {len(m.files)} parts" if m.is_split else ""
+    return f"{m.quant or '?'} ({m.name}{parts})"
+
+
+def pick(files: list[HubModelFile], filename: str | None = None, quant: str | None = None) -> HubModelFile:
+    """The one model matching ``filename`` (the file name or path in the repo, any part
+    of a split model, or its ``base.gguf`` name) and/or ``quant`` (case-insensitive).
+    With neither, the repo must have exactly one model. Raises ``DownloadError``
+    listing what is available when nothing or several match."""
+    if not files:
+        raise DownloadError("the repo has no GGUF files")
+    candidates = list(files)
+    if filename is not None:
+        want = filename.strip().lower()
+
+        def matches(m: HubModelFile) -> bool:
+            names = {m.name.lower(), m.name.rsplit("/", 1)[-1].lower()}
+            for f in m.files:
+                names.add(f.filename.lower())
+                names.add(f.filename.rsplit("/", 1)[-1].lower())
+            return want in names
+
+        candidates = [m for m in candidates if matches(m)]
+        if not candidates:
+            available = ", ".join(m.name for m in files)
+            raise DownloadError(f"no GGUF file named '{filename}' in the repo; available: {available}")
+    if quant is not None:
+        want_q = quant.strip().upper()
+        by_quant = [m for m in candidates if (m.quant or "").upper() == want_q]
+        if not by_quant:
+            quants = sorted({m.quant for m in candidates if m.quant})
+            have = ", ".join(quants) if quants else "none named in the file names"
+            where = f" named '{filename}'" if filename is not None else ""
+            raise DownloadError(f"no {want_q} file{where} in the repo; available quants: {have}")
+        candidates = by_quant
+    if len(candidates) == 1:
+        return candidates[0]
+    listing = "; ".join(_describe(m) for m in candidates)
+    if quant is not None:
+        raise DownloadError(f"{len(candidates)} files have quant {quant.strip().upper()}: {listing}; "
+                            "choose one with --file")
+    raise DownloadError(f"the repo has {len(candidates)} GGUF models, choose one with --quant or --file: {listing}")
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+def _one_line(text: object, limit: int = 200) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "? bytes"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _network_error_types() -> tuple[type[BaseException], ...]:
+    import httpx2
+
+    return (httpx2.TransportError,)
+
+
+def _map_error(e: BaseException, *, repo_id: str, revision: str | None, endpoint: str,
+               filename: str | None = None, token: str | None = None, cache: Path | None = None) -> SpecDeskError:
+    """A huggingface_hub/httpx error as a one-line ``DownloadError`` (SpecDeskErrors pass)."""
+    if isinstance(e, SpecDeskError):
+        return e
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    rev = revision or "main"
+    token_hint = "set HF_TOKEN to a token that has access (or run `hf auth login`)"
+    if isinstance(e, HFValidationError):
+        return DownloadError(f"invalid repo id or file name: {_one_line(e)}")
+    if isinstance(e, OfflineModeIsEnabled):
+        return DownloadError(f"cannot reach {endpoint} for {repo_id}: HF_HUB_OFFLINE is set")
+    if isinstance(e, GatedRepoError):
+        status = e.response.status_code if e.response is not None else None
+        if status == 403 or token:
+            return DownloadError(f"{repo_id} is gated and your token has no access to it: "
+                                 f"accept its conditions at {endpoint}/{repo_id}")
+        return DownloadError(f"{repo_id} is gated: accept its conditions at {endpoint}/{repo_id}, then {token_hint}")
+    if isinstance(e, RepositoryNotFoundError):
+        return DownloadError(f"repository '{repo_id}' not found on {endpoint} (if it is private, {token_hint})")
+    if isinstance(e, RevisionNotFoundError):
+        return DownloadError(f"revision '{rev}' not found in {repo_id}")
+    if isinstance(e, RemoteEntryNotFoundError):
+        what = f"file '{filename}'" if filename else "file"
+        return DownloadError(f"{what} not found in {repo_id} at revision '{rev}'")
+    if isinstance(e, HfHubHTTPError):
+        status = e.response.status_code if e.response is not None else None
+        what = f"{filename} in {repo_id}" if filename else repo_id
+        if status == 401:
+            return DownloadError(f"unauthorized (HTTP 401) for {what}: the repo may be private or gated; {token_hint}")
+        if status == 403:
+            return DownloadError(f"access denied (HTTP 403) for {what}: {token_hint}")
+        if status == 429:
+            return DownloadError(f"{endpoint} is rate-limiting requests (HTTP 429) for {what}; try again later")
+        return DownloadError(f"{endpoint} answered HTTP {status} for {what}")
+    if isinstance(e, _network_error_types()):
+        return DownloadError(f"cannot reach {endpoint}: {_one_line(e) or type(e).__name__}; "
+                             "check the network connection (and HF_ENDPOINT if set)")
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        where = f" to {cache}" if cache is not None else ""
+        return DownloadError(f"no space left on device while downloading {filename or repo_id}{where}")
+    if isinstance(e, (OSError, ValueError, RuntimeError)):
+        return DownloadError(f"{filename or repo_id} from {repo_id}: {_one_line(e)}")
+    raise e
+
+
+# --------------------------------------------------------------------------------------
+# Download
+# --------------------------------------------------------------------------------------
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_HASH_BLOCK = 8 << 20
+
+
+@dataclass
+class _Part:
+    file: HubFile
+    url: str  # where to GET the bytes (the CDN location of the redirect, or /resolve)
+    etag: str
+    commit: str
+    size: int | None
+    headers: dict[str, str]
+    pointer: Path  # snapshots/<commit>/<filename>
+    blob: Path
+    partial: Path
+    lock: Path
+
+
+def _open_partial(path: Path):
+    """The partial file, opened for appending (its position is its size). A seam for
+    tests that inject write errors (disk full)."""
+    return open(path, "ab")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urlsplit(url)
+    return p.scheme, (p.hostname or "").lower(), p.port
+
+
+def _check_cancel(cancel: CancelCheck | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("download cancelled")
+
+
+def _progress_class(report: Callable[[int], None], cancel: CancelCheck | None):
+    """A tqdm stand-in for ``http_get(tqdm_class=...)``: forwards byte counts, cancels."""
+
+    class _Bar:
+        def __init__(self, *args, initial: int = 0, **kwargs) -> None:
+            self.n = initial
+            report(self.n)
+
+        def update(self, n: int | float = 1) -> None:
+            self.n += int(n)
+            report(self.n)
+            _check_cancel(cancel)
+
+        def close(self) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.close()
+
+    return _Bar
+
+
+def _free_bytes(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        try:
+            return shutil.disk_usage(p).free
+        except OSError:
+            continue
+    return None
+
+
+def _file_size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sha256(path: Path, cancel: CancelCheck | None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+            _check_cancel(cancel)
+    return h.hexdigest()
+
+
+def _resolve_part(repo_id: str, f: HubFile, revision: str, token: str | None, ep: str, storage: Path,
+                  cache: Path) -> _Part:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub.utils import build_hf_headers
+
+    url = hf_hub_url(repo_id, f.filename, revision=revision, endpoint=ep)
+    meta = get_hf_file_metadata(url, token=token, endpoint=ep)
+    if meta.commit_hash is None or meta.etag is None:
+        raise DownloadError(f"{ep} does not look like a Hugging Face Hub endpoint (no commit or etag for "
+                            f"{f.filename}); check HF_ENDPOINT")
+    headers = build_hf_headers(token=token)
+    location = meta.location or url
+    if _origin(location) != _origin(url):
+        headers.pop("authorization", None)  # never send the token to a CDN
+    etag = meta.etag
+    rel = Path(*f.filename.split("/"))
+    return _Part(
+        file=f,
+        url=location,
+        etag=etag,
+        commit=meta.commit_hash,
+        size=meta.size if meta.size is not None else f.size,
+        headers=headers,
+        pointer=storage / "snapshots" / meta.commit_hash / rel,
+        blob=storage / "blobs" / etag,
+        partial=storage / "blobs" / f"{etag}.incomplete",
+        lock=cache / ".locks" / repo_folder_name(repo_id=repo_id, repo_type="model") / f"{etag}.lock",
+    )
+
+
+@contextmanager
+def _lock(path: Path, cancel: CancelCheck | None) -> Iterator[None]:
+    """hf_hub_download's lock for this blob (another process may be downloading it),
+    waited for in steps so that a cancel is seen."""
+    from filelock import Timeout
+    from huggingface_hub.utils import WeakFileLock
+
+    with ExitStack() as stack:
+        while True:
+            _check_cancel(cancel)
+            try:
+                stack.enter_context(WeakFileLock(path, timeout=1.0))
+                break
+            except Timeout:
+                continue
+        yield
+
+
+def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck | None) -> None:
+    """Download (or finish) ``part`` into ``blobs/<etag>``, verified. The partial file
+    stays on a failure or cancel, except when its content is known to be wrong."""
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.file_download import http_get
+
+    name = part.file.filename
+    part.lock.parent.mkdir(parents=True, exist_ok=True)
+    part.blob.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(part.lock, cancel):
+        if part.blob.exists():
+            report(part.size or _file_size(part.blob))
+            return
+        resume = _file_size(part.partial)
+        if part.size is not None and resume > part.size:
+            part.partial.unlink(missing_ok=True)
+            resume = 0
+        try:
+            with _open_partial(part.partial) as f:
+                http_get(part.url, f, resume_size=resume, headers=dict(part.headers), expected_size=part.size,
+                         displayed_filename=name.rsplit("/", 1)[-1],
+                         tqdm_class=_progress_class(report, cancel))  # type: ignore[arg-type]
+        except (Cancelled, KeyboardInterrupt):
+            raise
+        except HfHubHTTPError as e:
+            status = e.response.status_code if e.response is not None else None
+            if status == 416:  # the partial file does not fit the file on the server any more
+                part.partial.unlink(missing_ok=True)
+                raise DownloadError(f"{name}: the partial download did not match the file on the Hub and was "
+                                    "deleted; run the download again") from e
+            raise
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                part.partial.unlink(missing_ok=True)
+                raise DownloadError(f"no space left on device while downloading {name} to {part.blob.parent} "
+                                    f"(needs {_size(part.size)}); free some space and try again") from e
+            if e.errno is not None:  # EACCES, EIO, ...: the disk, not the network
+                raise DownloadError(f"cannot write {name} to {part.blob.parent}: {e.strerror or e}") from e
+            got = _file_size(part.partial)  # http_get's size check: the server sent too little or too much
+            if part.size is not None and got > part.size:
+                part.partial.unlink(missing_ok=True)
+            raise DownloadError(f"download of {name} was interrupted after {_size(got)} of {_size(part.size)} "
+                                f"({_one_line(e, 120)}); run it again to resume") from e
+        except _network_error_types() as e:
+            got = _file_size(part.partial)
+            raise DownloadError(f"download of {name} was interrupted after {_size(got)} of {_size(part.size)} "
+                                f"({_one_line(e, 120)}); run it again to resume") from e
+        if _SHA256_RE.match(part.etag):
+            digest = _sha256(part.partial, cancel)
+            if digest != part.etag:
+                part.partial.unlink(missing_ok=True)
+                raise DownloadError(f"{name}: checksum mismatch, the download has sha256 {digest[:16]}... but the "
+                                    f"Hub lists {part.etag[:16]}...; the corrupt file was deleted, try again")
+        os.replace(part.partial, part.blob)
+
+
+def _place(repo_id: str, part: _Part, revision: str, token: str | None, ep: str, cache: Path,
+           report: Callable[[int], None], cancel: CancelCheck | None) -> Path:
+    """Let huggingface_hub link the finished blob into the snapshot and write the ref."""
+    from huggingface_hub import hf_hub_download
+
+    path = Path(hf_hub_download(repo_id, part.file.filename, revision=revision, cache_dir=cache, endpoint=ep,
+                                token=token, tqdm_class=_progress_class(report, cancel)))  # type: ignore[arg-type]
+    if not path.is_symlink() and part.blob.exists():
+        # No symlinks here (Windows without developer mode): huggingface_hub copied the blob
+        # into the snapshot. Its own downloads move the blob there instead; do the same.
+        try:
+            part.blob.unlink()
+        except OSError:
+            pass
+    return path
+
+
+def _validate(paths: list[Path], model_file: HubModelFile) -> None:
+    """validate_gguf for a single file; for a split model, the structure of every part
+    and consistent split metadata (llama.cpp opens part 1 and finds the others)."""
+    if not model_file.is_split:
+        validate_gguf(paths[0])
+        return
+    n = len(paths)
+    for i, p in enumerate(paths, 1):
+        g = read_gguf(p, lazy_arrays=True)
+        count, no = g.get("split.count"), g.get("split.no")
+        if count is not None and count != n:
+            raise ModelFileError(f"{p.name}: split.count is {count}, but the model has {n} parts")
+        if no is not None and no != i - 1:
+            raise ModelFileError(f"{p.name}: split.no is {no}, but this is part {i} of {n}")
+
+
+def _discard(paths: Iterable[Path]) -> None:
+    """Remove snapshot links (and the blobs they point to) that this call created."""
+    for p in paths:
+        try:
+            target = p.resolve() if p.is_symlink() else None
+            p.unlink(missing_ok=True)
+            if target is not None and target != p:
+                target.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def download(
+    repo_id: str,
+    model_file: HubModelFile,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    progress: Progress | None = None,
+    cancel: CancelCheck | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
+) -> Path:
+    """Download every part of ``model_file`` into the Hugging Face cache and return the
+    path of the first part in the cache snapshot.
+
+    Resumes what an earlier interrupted or cancelled call left. ``progress(done,
+    total)`` gets the bytes of all parts together (parts already in the cache count as
+    done); ``cancel()`` is polled once per chunk and stops with ``Cancelled`` (the partial
+    file stays, for the next call). Each part is checked against the Hub's sha256, then
+    the model with the GGUF validator; a file that fails is removed from the cache.
+    """
+    ep = (endpoint or _endpoint_now()).rstrip("/")
+    cache = _cache_path(cache_dir)
+    rev = revision or "main"
+    name = model_file.name
+    if model_file.is_split and not model_file.complete:
+        raise DownloadError(f"{name} is split into {model_file.n_parts} parts but the repo has "
+                            f"{len(model_file.files)} of them")
+    _check_cancel(cancel)
+
+    from huggingface_hub.file_download import repo_folder_name
+
+    storage = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+    # 1. metadata of every part (one HEAD each); later parts pinned to the first one's commit
+    parts: list[_Part] = []
+    try:
+        for f in model_file.files:
+            _check_cancel(cancel)
+            at = parts[0].commit if parts else rev
+            parts.append(_resolve_part(repo_id, f, at, token, ep, storage, cache))
+    except SpecDeskError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        offline = _cached_parts(repo_id, model_file, rev, cache)
+        if offline is not None and isinstance(e, _offline_error_types()):
+            _validate(offline, model_file)
+            return offline[0]
+        failing = model_file.files[len(parts)].filename
+        raise _map_error(e, repo_id=repo_id, revision=rev, endpoint=ep, filename=failing, token=token,
+                         cache=cache) from e
+
+    sizes = [p.size or 0 for p in parts]
+    total = sum(sizes)
+    todo = [p for p in parts if not p.pointer.exists()]
+    needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
+    free = _free_bytes(storage)
+    if free is not None and needed > free:
+        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs {_size(needed)} more, "
+                            f"{_size(free)} free")
+
+    done_before = 0
+    last = [-1]
+
+    def report_for(base: int) -> Callable[[int], None]:
+        def report(n: int) -> None:
+            value = base + n
+            if progress is not None and value != last[0]:
+                last[0] = value
+                progress(value, total)
+
+        return report
+
+    created: list[Path] = []
+    paths: list[Path] = []
+    try:
+        for i, part in enumerate(parts):
+            report = report_for(done_before)
+            if part.pointer.exists():
+                report(part.size or 0)
+                paths.append(part.pointer)
+            else:
+                _check_cancel(cancel)
+                _fetch_blob(part, report, cancel)
+                # the first part with the requested revision (writes refs/<rev>), the others pinned
+                path = _place(repo_id, part, rev if i == 0 else part.commit, token, ep, cache, report, cancel)
+                created.append(path)
+                paths.append(path)
+                report(part.size or 0)
+            done_before += sizes[i]
+    except SpecDeskError:
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001
+        failing = parts[len(paths)].file.filename if len(paths) < len(parts) else name
+        raise _map_error(e, repo_id=repo_id, revision=rev, endpoint=ep, filename=failing, token=token,
+                         cache=cache) from e
+
+    try:
+        _validate(paths, model_file)
+    except ModelFileError as e:
+        _discard(created)
+        raise DownloadError(f"{name} from {repo_id} is not a usable GGUF model and was removed: {e}") from e
+    return paths[0]
+
+
+def _offline_error_types() -> tuple[type[BaseException], ...]:
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    return (OfflineModeIsEnabled, *_network_error_types())
+
+
+def _cached_parts(repo_id: str, model_file: HubModelFile, revision: str, cache: Path) -> list[Path] | None:
+    """The parts already in the cache for ``revision`` (a branch through its ref), or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    out = []
+    for f in model_file.files:
+        p = try_to_load_from_cache(repo_id, f.filename, cache_dir=cache, revision=revision)
+        if not isinstance(p, str):
+            return None
+        out.append(Path(p))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The cache
+# --------------------------------------------------------------------------------------
+
+
+def cached_gguf_files(cache_dir: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:
+    """``(repo_id, path)`` of the GGUF models complete in the Hugging Face cache: single
+    files, and the first part of split models whose parts are all in the same snapshot.
+    Downloads in progress (``blobs/*.incomplete``) are not in a snapshot and not listed."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    cache = _cache_path(cache_dir)
+    try:
+        info = scan_cache_dir(cache)
+    except CacheNotFound:
+        return []
+    out: set[tuple[str, Path]] = set()
+    for repo in info.repos:
+        if repo.repo_type != "model":
+            continue
+        for revision in repo.revisions:
+            files = []
+            for cf in revision.files:
+                rel = cf.file_path.relative_to(revision.snapshot_path).as_posix()
+                if cf.file_path.exists():
+                    files.append(HubFile(rel, cf.size_on_disk, parse_quant(rel)))
+            for m in group_gguf(files):
+                if m.complete:
+                    out.add((repo.repo_id, revision.snapshot_path / m.primary.filename))
+    return sorted(out, key=lambda t: (t[0], str(t[1])))
