@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("draft", type=Path)
     cp.add_argument("--json", action="store_true")
 
+    from .bench.cli import add_bench_parsers
+
+    add_bench_parsers(sub, add_model_options)
+
     sub.add_parser("gui", help="open the app (the same as no command)")
     return p
 
@@ -189,6 +193,14 @@ def _dispatch(args) -> int:
         from .commands import cmd_models
 
         return cmd_models(args)
+    if args.command == "bench":
+        from .bench.cli import cmd_bench
+
+        return cmd_bench(args)
+    if args.command == "advise":
+        from .bench.cli import cmd_advise
+
+        return cmd_advise(args)
     raise SpecDeskError(f"unknown command {args.command!r}")
 
 

@@ -228,12 +228,19 @@ class MainWindow(QMainWindow):
         centre = QWidget()
         ctr = QVBoxLayout(centre)
         ctr.setContentsMargins(6, 6, 6, 6)
-        ctr.addWidget(self.error_banner)
         ctr.addWidget(self.pages, 1)
 
         self.tabs = QTabWidget()
         self.tabs.setObjectName("mainTabs")
         self.tabs.addTab(centre, "Chat")
+        from .compare_tab import CompareTab
+
+        self.compare = CompareTab(lambda: self.session)
+        self.compare.error.connect(self.show_error)
+        self.compare.reference_measured.connect(self.set_reference)
+        self.compare.stopped.connect(self._update_state)
+        self.compare.run_btn.clicked.connect(self._update_state)
+        self.tabs.addTab(self.compare, "Compare")
 
         # -- right: statistics
         self.stats = StatsPanel()
@@ -243,9 +250,15 @@ class MainWindow(QMainWindow):
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setMinimumWidth(330)
 
+        middle = QWidget()
+        ml = QVBoxLayout(middle)
+        ml.setContentsMargins(0, 4, 0, 0)
+        ml.addWidget(self.error_banner)  # above the tabs: errors show whichever tab is open
+        ml.addWidget(self.tabs, 1)
+
         split = QSplitter()
         split.addWidget(left)
-        split.addWidget(self.tabs)
+        split.addWidget(middle)
         split.addWidget(scroll)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
@@ -287,8 +300,10 @@ class MainWindow(QMainWindow):
 
     def _update_state(self) -> None:
         loaded = self.session is not None
-        busy = self.generating
+        comparing = self.compare.running
+        busy = self.generating or comparing
         self.pages.setCurrentIndex(1 if loaded or self._has_messages() else 0)
+        self.compare.set_enabled_for(loaded and not self.loading, self.generating)
         self.send_btn.setEnabled(loaded and not busy and not self.loading)
         self.input.setEnabled(True)
         self.stop_btn.setEnabled(busy)
@@ -297,8 +312,8 @@ class MainWindow(QMainWindow):
         self.new_chat_btn.setEnabled(not busy)
         self.delete_chat_btn.setEnabled(not busy)
         self.chat_list.setEnabled(not busy)
-        self.settings_btn.setEnabled(not self.loading)
-        self.load_btn.setEnabled(not self.loading)
+        self.settings_btn.setEnabled(not self.loading and not comparing)
+        self.load_btn.setEnabled(not self.loading and not comparing)
         if loaded:
             d = self.session.draft
             self.model_info.setText("● loaded" + ("" if d else " (no draft)"))
@@ -434,6 +449,9 @@ class MainWindow(QMainWindow):
 
     def load_models(self, target: Path, draft: Path | None, confirm_memory: bool = True) -> None:
         """Check the pair and its memory off the UI thread, then load it off the UI thread."""
+        if self.compare.running:
+            self.compare.cancel()
+            self.compare._task.wait()
         if self.loading:
             self._load_task.cancel()
             self._load_task.wait()
@@ -509,7 +527,8 @@ class MainWindow(QMainWindow):
         task.progress.connect(lambda m, f: self._busy(f"{m}  ({estimate_msg})", f))
         task.succeeded.connect(self._loaded)
         task.failed.connect(self._load_failed)
-        task.was_cancelled.connect(lambda: (self._idle("loading cancelled"), self._update_state()))
+        task.was_cancelled.connect(lambda: self._idle("loading cancelled"))
+        task.finished.connect(self._update_state)
         self._busy(f"loading {tspec.path.name}…", 0.0)
         task.start()
         self._update_state()
@@ -671,7 +690,7 @@ class MainWindow(QMainWindow):
         if self.session is None:
             self.show_error("Load a target model first (Open… or fetch the default pair).")
             return False
-        if self.generating:
+        if self.generating or self.compare.running:
             return False
         self.clear_error()
         self.store.add_message(self.chat_id, Message("user", text))
@@ -738,6 +757,7 @@ class MainWindow(QMainWindow):
         task.step.connect(self._on_step)
         task.succeeded.connect(self._on_generated)
         task.failed.connect(self._on_generation_failed)
+        task.finished.connect(self._update_state)  # the thread has ended
         self.stats.reset()
         self.stats.set_reference(self._reference_for(self.target_path))
         self.chat_view.begin_answer()

@@ -1,0 +1,338 @@
+"""Does speculation pay on this machine, and with which settings?
+
+Speculation pays when the tokens a step emits outweigh what drafting and verifying
+cost. Leviathan et al. give the expected tokens per step; the costs are measured
+here, on the loaded pair, because they decide everything: on a 2-core CPU verifying
+b tokens costs about b single steps, on a GPU about one.
+
+``calibrate`` measures, in well under 30 s on a 2-core CPU:
+- one target step (a verify batch of 1) at a realistic context length;
+- a verify batch of b tokens, b = 2..9;
+- a draft-model call that drafts k tokens, k = 1..8 (the draft's own steps plus
+  the Python around them);
+- the draft's acceptance per position, from a short greedy calibration run.
+
+From these it predicts the speedup of every draft length and proposer, recommends
+one or says plainly that speculation slows this machine down, and then what the
+draft's memory would buy instead. The core's ``auto`` uses the same cost model
+(:mod:`specdesk.speculative.costmodel`), seeded with this calibration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import Cancelled
+from ..speculative.controller import FixedK
+from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
+from ..speculative.decoder import speculate
+from ..speculative.proposers import DraftModelProposer
+from ..speculative.sampling import SamplingParams
+
+CALIBRATION_PROMPT = (
+    "Here is a small Python module. Explain in two sentences what it does, then rewrite `load` "
+    "so that it also accepts a pathlib.Path.\n\n"
+    "import json\nimport os\n\n\n"
+    "class Store:\n"
+    "    \"\"\"A tiny JSON-backed key-value store.\"\"\"\n\n"
+    "    def __init__(self, path):\n"
+    "        self.path = path\n"
+    "        self.data = {}\n\n"
+    "    def load(self):\n"
+    "        if not os.path.exists(self.path):\n"
+    "            return\n"
+    "        with open(self.path) as f:\n"
+    "            self.data = json.load(f)\n\n"
+    "    def save(self):\n"
+    "        tmp = self.path + '.tmp'\n"
+    "        with open(tmp, 'w') as f:\n"
+    "            json.dump(self.data, f, indent=2, sort_keys=True)\n"
+    "        os.replace(tmp, self.path)\n\n"
+    "    def get(self, key, default=None):\n"
+    "        return self.data.get(key, default)\n\n"
+    "    def set(self, key, value):\n"
+    "        self.data[key] = value\n"
+    "        self.save()\n"
+)
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass
+class Calibration:
+    costs: CostModel
+    context_tokens: int
+    seconds: float
+    draft_acceptance: PositionAcceptance | None = None
+    draft_bytes: int = 0
+    kv_bytes_per_token: float = 0.0
+    k_max: int = 8
+
+    @property
+    def step(self) -> float:
+        return self.costs.verify_cost(1) or float("nan")
+
+    def verify_ratio(self, b: int) -> float:
+        return (self.costs.verify_cost(b) or float("nan")) / self.step
+
+    def draft_ratio(self, k: int) -> float:
+        return self.costs.draft_cost(k) / self.step if k else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "costs": self.costs.to_dict(),
+            "step_seconds": self.step,
+            "verify_ratio": {str(b): self.verify_ratio(b) for b in range(1, self.k_max + 2)},
+            "draft_ratio": {str(k): self.draft_ratio(k) for k in range(1, self.k_max + 1)},
+            "draft_acceptance": self.draft_acceptance.alphas(self.k_max) if self.draft_acceptance else None,
+            "context_tokens": self.context_tokens,
+            "seconds": self.seconds,
+        }
+
+
+def _median_time(fn: Callable[[], None], reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def calibrate(
+    session,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+    k_max: int = 8,
+    reps: int = 3,
+    acceptance_tokens: int = 48,
+) -> Calibration:
+    """Measure the pair's costs and the draft's acceptance (see the module docstring)."""
+    t_start = time.perf_counter()
+
+    def step(msg: str, frac: float) -> None:
+        if cancel is not None and cancel():
+            raise Cancelled("calibration was cancelled")
+        if progress:
+            progress(msg, frac)
+
+    session.warm_up()
+    session.reset()
+    prompt = session.chat_prompt([{"role": "user", "content": CALIBRATION_PROMPT}])
+    tctx = session.target.ctx
+    base = len(prompt) - 1
+    tctx.prefill(prompt[:-1], logits=False)
+    # a plausible continuation to verify: the prompt's own tail
+    batch_src = prompt[-(k_max + 2):]
+    costs = CostModel()
+
+    def verify(b: int) -> None:
+        tctx.eval(batch_src[:b], all_rows=True)
+        tctx.rollback(base)
+
+    step("measuring a target step", 0.05)
+    verify(1)  # discard the first (graph build)
+    costs.set_verify(1, _median_time(lambda: verify(1), reps + 3))
+    for b in range(2, k_max + 2):
+        step(f"measuring a verify batch of {b} tokens", 0.05 + 0.35 * b / (k_max + 1))
+        verify(b)
+        costs.set_verify(b, _median_time(lambda b=b: verify(b), reps))
+
+    acceptance = None
+    if session.draft is not None:
+        dctx = session.draft.ctx
+        dctx.prefill(prompt[:-1], logits=False)
+        proposer = DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
+        greedy = SamplingParams()
+        rng = np.random.default_rng(0)
+
+        def draft(k: int) -> None:
+            dctx.rollback(base)
+            proposer.propose(prompt, lambda source, m: k, greedy, rng)
+
+        draft(1)
+        for k in range(1, k_max + 1):
+            step(f"measuring a draft of {k} tokens", 0.4 + 0.3 * k / k_max)
+            costs.set_draft(k, _median_time(lambda k=k: draft(k), max(2, reps - 1)))
+
+        step("measuring the draft's acceptance", 0.75)
+        session.reset()
+        acceptance = PositionAcceptance()
+        steps = speculate(
+            tctx,
+            DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0),
+            FixedK(k_max),
+            prompt,
+            params=greedy,
+            max_tokens=acceptance_tokens,
+            rng=rng,
+            cancel=cancel,
+        )
+        for s in steps:
+            if s.drafted:
+                acceptance.record(s.drafted, s.accepted)
+            step("measuring the draft's acceptance", 0.75 + 0.25 * min(1.0, s.stats.generated / acceptance_tokens))
+    session.reset()
+    mem = session.memory()
+    d = mem.model("draft")
+    return Calibration(
+        costs=costs,
+        context_tokens=len(prompt),
+        seconds=time.perf_counter() - t_start,
+        draft_acceptance=acceptance,
+        draft_bytes=d.total_bytes if d else 0,
+        kv_bytes_per_token=session.target.model.kv_bytes_per_token(),
+        k_max=k_max,
+    )
+
+
+# -- predictions ------------------------------------------------------------------------
+
+def predict_fixed(cal: Calibration, k: int, alphas: list[float], draft_cost: bool = True) -> float:
+    """Predicted speedup over target alone of drafting exactly k tokens every step."""
+    if k == 0:
+        return 1.0
+    e = expected_tokens(alphas[:k])[k]
+    cost = cal.verify_ratio(k + 1) + (cal.draft_ratio(k) if draft_cost else 0.0)
+    return e / cost
+
+
+def draft_length_histogram(stats: dict) -> dict[int, int]:
+    """Steps by how many tokens they drafted, from the per-position counters."""
+    dpp = list(stats.get("drafted_per_position") or [])
+    steps = int(stats["steps"])
+    hist = {0: steps - (dpp[0] if dpp else 0)}
+    for k in range(1, len(dpp) + 1):
+        nxt = dpp[k] if k < len(dpp) else 0
+        hist[k] = dpp[k - 1] - nxt
+    return hist
+
+
+def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
+    """Predicted speedup of a finished run from its draft lengths and the measured
+    costs: the tokens it emitted over the steps-worth of time its batches cost."""
+    hist = draft_length_histogram(stats)
+    total = 0.0
+    for k, n in hist.items():
+        if n <= 0:
+            continue
+        d = cal.draft_ratio(k) if proposer in ("draft", "hybrid") and k > 0 else 0.0
+        total += n * (cal.verify_ratio(k + 1) + d)
+    if total <= 0:
+        return None
+    return stats["generated"] / total
+
+
+def validate(cal: Calibration, result: dict) -> list[dict]:
+    """Predicted vs measured speedup for every (suite, config) of a benchmark result."""
+    out = []
+    for row in result["summary"]["per_suite"]:
+        c = row["config"]
+        if c == "none" or row["speedup"] is None:
+            continue
+        proposer = c.split(":")[0]
+        per_prompt: dict[str, list[float]] = {}
+        for r in result["runs"]:
+            if r["suite"] == row["suite"] and r["config"] == c:
+                p = predict_run(cal, r["stats"], proposer)
+                if p is not None:
+                    per_prompt.setdefault(r["prompt_id"], []).append(p)
+        if not per_prompt:
+            continue
+        pred = statistics.median(statistics.median(v) for v in per_prompt.values())
+        meas = row["speedup"]
+        out.append(
+            {
+                "suite": row["suite"],
+                "config": c,
+                "predicted_speedup": pred,
+                "measured_speedup": meas,
+                "error": (pred - meas) / meas if meas else None,
+            }
+        )
+    return out
+
+
+@dataclass
+class Advice:
+    best: str  # a config name, "none" when nothing pays
+    best_speedup: float
+    text: str
+    table: list[dict] = field(default_factory=list)  # config, predicted_speedup
+    memory_alternative: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "best": self.best,
+            "best_speedup": self.best_speedup,
+            "recommendation": self.text,
+            "predictions": self.table,
+            "memory_alternative": self.memory_alternative,
+        }
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def advise(cal: Calibration, measured: dict | None = None) -> Advice:
+    """Recommend a configuration from the calibration (and a benchmark summary, when
+    there is one: n-gram acceptance depends on the text, so only runs can tell it)."""
+    table: list[dict] = []
+    best, best_x = "none", 1.0
+    if cal.draft_acceptance is not None:
+        alphas = cal.draft_acceptance.alphas(cal.k_max)
+        for k in range(1, cal.k_max + 1):
+            x = predict_fixed(cal, k, alphas)
+            table.append({"config": f"draft:k={k}", "predicted_speedup": x})
+            if x > best_x:
+                best, best_x = f"draft:k={k}", x
+        # even a perfect draft: the most this machine's costs allow
+        ceiling = max(predict_fixed(cal, k, [1.0] * k) for k in range(1, cal.k_max + 1))
+        ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
+    else:
+        ceiling = None
+        ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
+    measured_best = None
+    if measured:
+        for row in measured["summary"]["overall"]:
+            if row["config"] != "none" and row["speedup"] and (measured_best is None or row["speedup"] > measured_best["speedup"]):
+                measured_best = row
+    v4 = cal.verify_ratio(4)
+    d1 = cal.draft_ratio(1)
+    why = f"here a verify batch of 4 tokens costs {v4:.1f} target steps"
+    if cal.draft_acceptance is not None:
+        why += f" and one draft step {d1:.2f} of a step"
+    parts = []
+    if best != "none":
+        parts.append(f"Speculation pays on this machine: {best} is predicted at {best_x:.2f}× target alone ({why}).")
+    else:
+        worst = min((r["predicted_speedup"] for r in table), default=None)
+        best_k = max(table, key=lambda r: r["predicted_speedup"]) if table else None
+        if best_k is not None:
+            parts.append(
+                f"The draft model slows this machine down: its best draft length ({best_k['config']}) is predicted at "
+                f"{best_k['predicted_speedup']:.2f}× target alone, {worst:.2f}× at worst ({why})."
+            )
+            if ceiling is not None and ceiling < 1.0:
+                parts.append(f"Even a draft that is always right would reach only {ceiling:.2f}×.")
+        parts.append(
+            f"N-gram lookups draft for free: where the answer repeats the prompt (code edits) they can reach up to "
+            f"{ceiling_ngram:.2f}× here."
+        )
+    if measured_best is not None:
+        parts.append(f"Measured: the best configuration was {measured_best['config']} at {measured_best['speedup']:.2f}× overall.")
+    memory_alternative = None
+    if best == "none" and cal.draft_bytes and cal.kv_bytes_per_token:
+        n = int(cal.draft_bytes / cal.kv_bytes_per_token)
+        memory_alternative = (
+            f"The draft's {_fmt_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "
+            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)."
+        )
+        parts.append(memory_alternative)
+    return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table, memory_alternative=memory_alternative)

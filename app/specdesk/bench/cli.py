@@ -1,0 +1,138 @@
+"""``specdesk bench`` and ``specdesk advise``."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import sys
+from pathlib import Path
+
+
+from .configs import DEFAULT_CONFIGS
+
+
+def add_bench_parsers(sub, add_model_options) -> None:
+    from ..cli import _float_in, _positive_int
+
+    b = sub.add_parser(
+        "bench",
+        help="run prompt suites with and without speculation; write report.json/csv/md and charts",
+        description="Runs every prompt of the suites with every configuration, interleaved, "
+        "and reports tokens/s, paired speedups against target alone, acceptance and identity at T=0.",
+    )
+    add_model_options(b)
+    g = b.add_argument_group("benchmark")
+    g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt/.jsonl file")
+    g.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma-separated (default: {DEFAULT_CONFIGS})")
+    g.add_argument("--repeats", type=_positive_int("repeats"), default=3)
+    g.add_argument("--max-tokens", type=_positive_int("max tokens"), default=128)
+    g.add_argument("--temp", type=_float_in("temperature", 0.0, None), default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", type=Path, default=None, help="output directory (default: bench-out/<date-time>)")
+    g.add_argument("--no-advisor", action="store_true", help="skip the calibration and the advisor's predictions")
+    g.add_argument("--no-warmup", action="store_true")
+    g.add_argument("--list-suites", action="store_true", help="list the built-in suites and exit")
+
+    a = sub.add_parser("advise", help="measure this machine's costs and say whether (and how) speculation pays")
+    add_model_options(a)
+    a.add_argument("--json", action="store_true")
+
+
+def _check_out_dir(out: Path) -> None:
+    """Fail before any model work when the report could not be written."""
+    from .report import check_writable
+
+    check_writable(out)
+
+
+def _load_session(args, need_draft: bool):
+    from ..commands import specs_from_args
+    from ..session import Session
+
+    t, d = specs_from_args(args, need_draft=need_draft)
+    return Session.load(t, d)
+
+
+def cmd_bench(args) -> int:
+    from tqdm import tqdm
+
+    from .advisor import advise, calibrate, validate
+    from .configs import parse_configs
+    from .report import markdown, write_report
+    from .runner import BenchOptions, SessionTarget, run_bench
+    from .suites import describe_builtin, load_suite
+
+    if args.list_suites:
+        for name, n, desc in describe_builtin():
+            print(f"{name:<18} {n:>2} prompts  {desc}")
+        return 0
+    configs = parse_configs(args.configs)
+    suites = load_suite(args.suite)
+    out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    _check_out_dir(out)
+    need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
+    with _load_session(args, need_draft) as s:
+        cal = None
+        if not args.no_advisor:
+            with tqdm(total=100, desc="calibrating", file=sys.stderr, leave=False, bar_format="{desc:<40.40} {percentage:3.0f}%|{bar}|") as bar:
+                def cal_progress(msg: str, frac: float) -> None:
+                    bar.set_description_str(msg)
+                    bar.n = int(100 * frac)
+                    bar.refresh()
+
+                cal = calibrate(s, progress=cal_progress)
+            s.auto.costs = copy.deepcopy(cal.costs)  # auto starts from the measured costs
+            print(f"calibrated in {cal.seconds:.1f} s: a verify batch of 4 costs {cal.verify_ratio(4):.2f} steps, "
+                  f"a draft token {cal.draft_ratio(1):.2f}", file=sys.stderr)
+        n_runs = sum(len(x.prompts) for x in suites) * args.repeats * len(configs)
+        with tqdm(total=n_runs + (0 if args.no_warmup else len(configs)), desc="bench", unit="run", file=sys.stderr) as bar:
+            def progress(done: int, total: int, what: str) -> None:
+                bar.set_postfix_str(what[-40:], refresh=False)
+                bar.update(done - bar.n)
+
+            options = BenchOptions(
+                repeats=args.repeats, max_tokens=args.max_tokens, temperature=args.temp, seed=args.seed,
+                warmup=not args.no_warmup,
+            )
+            result = run_bench(SessionTarget(s), suites, configs, options, progress=progress)
+        if cal is not None:
+            adv = advise(cal, result)
+            result["advisor"] = {
+                "costs": cal.costs.to_dict(),
+                "calibration": cal.to_dict(),
+                "predictions": validate(cal, result),
+                "recommendation": adv.text,
+                "memory_alternative": adv.memory_alternative,
+                "what_if": adv.table,
+            }
+    paths = write_report(result, out)
+    print(markdown(result))
+    print(f"\nwrote {', '.join(p.name for p in paths)} to {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_advise(args) -> int:
+    from ..cli import dump_json
+    from .advisor import advise, calibrate
+
+    with _load_session(args, need_draft=True) as s:
+        cal = calibrate(s)
+        adv = advise(cal)
+    if args.json:
+        print(dump_json({"calibration": cal.to_dict(), **adv.to_dict()}))
+        return 0
+    print(f"measured in {cal.seconds:.1f} s at a {cal.context_tokens}-token context:")
+    print(f"  one target step: {1000 * cal.step:.1f} ms")
+    print("  verify batch b:  " + "  ".join(f"b={b} {cal.verify_ratio(b):.2f}" for b in range(2, cal.k_max + 2)) + "  (in target steps)")
+    print("  draft of k:      " + "  ".join(f"k={k} {cal.draft_ratio(k):.2f}" for k in range(1, cal.k_max + 1)) + "  (in target steps)")
+    if cal.draft_acceptance is not None:
+        print("  acceptance by draft position: " + "  ".join(f"{a:.2f}" for a in cal.draft_acceptance.alphas(cal.k_max)))
+    print("predicted speedup over target alone:")
+    for row in adv.table:
+        print(f"  {row['config']:<12} {row['predicted_speedup']:.2f}x")
+    print()
+    print(adv.text)
+    return 0
+
+
+

@@ -1,0 +1,332 @@
+"""The benchmark runner, shared by ``specdesk bench`` and the app's Compare tab.
+
+For every prompt and repeat it runs every configuration once, rotating their order
+from one repeat to the next (A B C, B C A, C A B, …) so that drift on a shared,
+noisy machine hits all of them alike. Each run starts from empty contexts, so every
+configuration pays for its own prompt and runs can be replayed exactly. Speedups
+are paired: each configuration's tokens/s over target alone's in the same
+(prompt, repeat) round, then the median per prompt and the median per suite.
+At temperature 0 every output is checked against target alone's and a difference
+is explained (near-tie or mismatch) by replaying both runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from .. import __version__
+from ..errors import Cancelled
+from ..session import Generation, GenerationConfig
+from ..speculative.sampling import SamplingParams
+from .configs import BenchConfig
+from .suites import Suite
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is running)
+
+
+class BenchTarget(Protocol):
+    """What the runner needs from a loaded pair (a Session, or a fake in tests)."""
+
+    has_draft: bool
+
+    def prompt_tokens(self, text: str) -> list[int]: ...
+
+    def run(self, prompt: list[int], config: GenerationConfig) -> Generation: ...
+
+    def reset(self) -> None: ...
+
+    def warm_up(self) -> None: ...
+
+    def explain(self, prompt: list[int], base: Generation, other: Generation) -> dict | None: ...
+
+    def describe(self) -> dict: ...
+
+    def memory(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    repeats: int = 3
+    max_tokens: int = 128
+    temperature: float = 0.0
+    seed: int = 0
+    warmup: bool = True
+
+
+class SessionTarget:
+    """A Session as a benchmark target."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.has_draft = session.draft is not None
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        return self.session.chat_prompt([{"role": "user", "content": text}])
+
+    def run(self, prompt, config):
+        self.session.check_fits(prompt, config.max_tokens)
+        return self.session.run(prompt, config)
+
+    def reset(self) -> None:
+        self.session.reset()
+
+    def warm_up(self) -> None:
+        self.session.warm_up()
+
+    def explain(self, prompt, base, other):
+        from ..speculative.divergence import explain
+
+        d = explain(self.session.target.ctx, prompt, base.steps, other.steps)
+        self.session.reset()
+        return None if d is None else d.to_dict()
+
+    def describe(self) -> dict:
+        s = self.session
+        return {
+            "target": str(s.target.spec.path),
+            "draft": str(s.draft.spec.path) if s.draft else None,
+            "n_ctx": s.target.ctx.n_ctx,
+            "threads": s.target.ctx.threads,
+            "target_gpu_layers": s.target.spec.n_gpu_layers,
+            "draft_gpu_layers": s.draft.spec.n_gpu_layers if s.draft else None,
+        }
+
+    def memory(self) -> dict:
+        rep = self.session.memory()
+        t, d = rep.model("target"), rep.model("draft")
+        out = {"target_bytes": t.total_bytes, "draft_bytes": d.total_bytes if d else 0}
+        extra_vram = 0
+        if d is not None and d.n_gpu_layers > 0:
+            n_layer = max(1, self.session.draft.model.shape.n_layer)
+            extra_vram = int(d.total_bytes * min(1.0, d.n_gpu_layers / n_layer))
+        out["extra_vram_bytes"] = extra_vram
+        out["extra_ram_bytes"] = (d.total_bytes if d else 0) - extra_vram
+        out["rss_bytes"] = rep.rss_bytes
+        return out
+
+
+def machine() -> dict:
+    from ..engine.memory import gpu_memory
+
+    gpus, status = gpu_memory()
+    try:
+        import psutil
+
+        cores = psutil.cpu_count(logical=False)
+    except Exception:  # noqa: BLE001
+        cores = None
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": cores, "gpu": gpus[0].name if gpus else status, "os": platform.platform()}
+
+
+def schedule(suites: Sequence[Suite], configs: Sequence[BenchConfig], repeats: int) -> list[tuple[Suite, object, int, BenchConfig]]:
+    """Every (suite, prompt, repeat, config), configs rotated from repeat to repeat."""
+    out = []
+    n = len(configs)
+    for suite in suites:
+        for prompt in suite.prompts:
+            for r in range(repeats):
+                for j in range(n):
+                    out.append((suite, prompt, r, configs[(j + r) % n]))
+    return out
+
+
+def run_bench(
+    target: BenchTarget,
+    suites: Sequence[Suite],
+    configs: Sequence[BenchConfig],
+    options: BenchOptions,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+    on_run: Callable[[dict], None] | None = None,
+) -> dict:
+    if configs[0].proposer != "none":
+        raise ValueError("the first config must be the baseline, none")
+    if not target.has_draft:
+        missing = [c.name for c in configs if c.needs_draft]
+        if missing:
+            from ..errors import SpecDeskError
+
+            raise SpecDeskError(f"{', '.join(missing)} need a draft model; load one or drop them from --configs")
+    sampling = SamplingParams(temperature=options.temperature)
+    plan = schedule(suites, configs, options.repeats)
+    total = len(plan) + (len(configs) if options.warmup else 0)
+    done = 0
+
+    def tick(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total, what)
+
+    def check_cancel() -> None:
+        if cancel is not None and cancel():
+            raise Cancelled("the benchmark was cancelled")
+
+    tokens_cache: dict[tuple[str, str], list[int]] = {}
+
+    def tokens(suite: Suite, prompt) -> list[int]:
+        key = (suite.name, prompt.id)
+        if key not in tokens_cache:
+            tokens_cache[key] = target.prompt_tokens(prompt.text)
+        return tokens_cache[key]
+
+    if options.warmup:
+        target.warm_up()
+        first_suite, first_prompt = suites[0], suites[0].prompts[0]
+        for c in configs:
+            check_cancel()
+            target.reset()
+            target.run(tokens(first_suite, first_prompt), c.generation(sampling, min(16, options.max_tokens), options.seed))
+            tick(f"warm-up {c.name}")
+
+    runs: list[dict] = []
+    baselines: dict[tuple[str, str, int], tuple[list[int], Generation]] = {}
+    pending: dict[tuple[str, str, int], list[tuple[dict, Generation]]] = {}
+    for order, (suite, prompt, r, c) in enumerate(plan):
+        check_cancel()
+        toks = tokens(suite, prompt)
+        seed = options.seed + r
+        target.reset()
+        gen = target.run(toks, c.generation(sampling, options.max_tokens, seed))
+        rec = {
+            "suite": suite.name,
+            "prompt_id": prompt.id,
+            "repeat": r,
+            "order": order,
+            "config": c.name,
+            "stats": gen.stats.to_dict(),
+            "stop_reason": gen.stop_reason,
+            "text": gen.text,
+            "identical": None,
+            "divergence": None,
+        }
+        runs.append(rec)
+        key = (suite.name, prompt.id, r)
+        if options.temperature == 0.0:
+            if c.proposer == "none":
+                baselines[key] = (toks, gen)
+                for other_rec, other_gen in pending.pop(key, []):
+                    _compare(target, toks, gen, other_rec, other_gen)
+            elif key in baselines:
+                _compare(target, baselines[key][0], baselines[key][1], rec, gen)
+            else:
+                pending.setdefault(key, []).append((rec, gen))
+        if on_run:
+            on_run(rec)
+        tick(f"{suite.name}/{prompt.id} #{r + 1} {c.name}")
+
+    result = {
+        "meta": {
+            "created": datetime.datetime.now().isoformat(timespec="seconds"),
+            "specdesk_version": __version__,
+            "machine": machine(),
+            **target.describe(),
+            "settings": {
+                "max_tokens": options.max_tokens,
+                "temperature": options.temperature,
+                "repeats": options.repeats,
+                "seed": options.seed,
+                "suites": [s.name for s in suites],
+                "configs": [c.name for c in configs],
+            },
+        },
+        "configs": [c.name for c in configs],
+        "runs": runs,
+        "summary": summarize(runs, [c.name for c in configs]),
+        "advisor": None,
+        "memory": target.memory(),
+    }
+    return result
+
+
+def _compare(target: BenchTarget, prompt: list[int], base: Generation, rec: dict, gen: Generation) -> None:
+    if base.tokens == gen.tokens:
+        rec["identical"] = True
+        return
+    rec["identical"] = False
+    rec["divergence"] = target.explain(prompt, base, gen)
+
+
+# -- aggregation (pure) -------------------------------------------------------------------
+
+def _median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def paired_ratios(runs: list[dict], config: str, baseline: str = "none") -> dict[tuple[str, str], list[float]]:
+    """(suite, prompt) -> [tps(config) / tps(baseline)] per repeat."""
+    base = {
+        (r["suite"], r["prompt_id"], r["repeat"]): r["stats"]["tokens_per_second"]
+        for r in runs
+        if r["config"] == baseline
+    }
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        if r["config"] != config:
+            continue
+        b = base.get((r["suite"], r["prompt_id"], r["repeat"]))
+        t = r["stats"]["tokens_per_second"]
+        if b and t:
+            out.setdefault((r["suite"], r["prompt_id"]), []).append(t / b)
+    return out
+
+
+def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]]) -> dict:
+    per_prompt_ratio = [_median(v) for v in ratios.values()]
+    per_prompt_tps: dict[tuple[str, str], list[float]] = {}
+    for r in rs:
+        per_prompt_tps.setdefault((r["suite"], r["prompt_id"]), []).append(r["stats"]["tokens_per_second"])
+    drafted = sum(r["stats"]["drafted"] for r in rs)
+    accepted = sum(r["stats"]["accepted"] for r in rs)
+    steps = sum(r["stats"]["steps"] for r in rs)
+    decode = sum(r["stats"]["decode_seconds"] for r in rs)
+    overhead = sum(r["stats"]["overhead_seconds"] for r in rs)
+    compared = [r for r in rs if r["identical"] is not None]
+    verdicts = [(r.get("divergence") or {}).get("verdict") for r in compared if r["identical"] is False]
+    return {
+        "prompts": len(per_prompt_tps),
+        "runs": len(rs),
+        "median_tps": _median([_median(v) for v in per_prompt_tps.values()]),
+        "speedup": _median(per_prompt_ratio),
+        "speedup_min": min(per_prompt_ratio) if per_prompt_ratio else None,
+        "speedup_max": max(per_prompt_ratio) if per_prompt_ratio else None,
+        "acceptance": accepted / drafted if drafted else None,
+        "mean_accepted_length": (accepted + steps) / steps if steps else None,
+        "overhead_share": overhead / decode if decode else None,
+        "identical": sum(1 for r in compared if r["identical"]),
+        "near_ties": verdicts.count("near-tie"),
+        "mismatches": len(verdicts) - verdicts.count("near-tie"),
+        "compared": len(compared),
+    }
+
+
+def summarize(runs: list[dict], configs: list[str]) -> dict:
+    suites = list(dict.fromkeys(r["suite"] for r in runs))
+    per_suite = []
+    overall = []
+    for c in configs:
+        ratios = paired_ratios(runs, c)
+        for s in suites:
+            rs = [r for r in runs if r["suite"] == s and r["config"] == c]
+            if not rs:
+                continue
+            sub = {k: v for k, v in ratios.items() if k[0] == s}
+            per_suite.append({"suite": s, "config": c, **_aggregate(rs, sub)})
+        rs = [r for r in runs if r["config"] == c]
+        if rs:
+            overall.append({"config": c, **_aggregate(rs, ratios)})
+    return {"per_suite": per_suite, "overall": overall}

@@ -1,0 +1,232 @@
+"""Benchmark runner and advisor logic on the fake backend and hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fakes import FakeBackend, FakeModel
+from specdesk.bench.advisor import Calibration, advise, draft_length_histogram, predict_fixed, predict_run
+from specdesk.bench.configs import BenchConfig, ConfigError, parse_configs
+from specdesk.bench.runner import BenchOptions, paired_ratios, run_bench, schedule, summarize
+from specdesk.bench.suites import Prompt, Suite
+from specdesk.session import Generation
+from specdesk.speculative.controller import AutoK, FixedK
+from specdesk.speculative.costmodel import CostModel, PositionAcceptance, expected_tokens, expected_tokens_constant
+from specdesk.speculative.decoder import speculate
+from specdesk.speculative.proposers import DraftModelProposer, HybridProposer, NgramProposer, NoProposer
+
+
+# -- configs --------------------------------------------------------------------------------
+
+def test_parse_configs_puts_the_baseline_first_and_defaults_to_auto():
+    cs = parse_configs("draft:k=2,ngram,none,draft:auto,hybrid:k=3:p_min=0.5")
+    assert [c.name for c in cs] == ["none", "draft:k=2", "ngram:auto", "draft:auto", "hybrid:k=3:p_min=0.5"]
+    assert parse_configs("ngram")[0].name == "none"
+
+
+@pytest.mark.parametrize("bad", ["magic", "draft:k=0", "draft:k=x", "draft:q=1", "none:k=2", "draft:p_min=1.5", "ngram,ngram", ","])
+def test_bad_configs_are_one_clear_error(bad):
+    with pytest.raises(ConfigError) as e:
+        parse_configs(bad)
+    assert "\n" not in str(e.value)
+
+
+# -- schedule and aggregation -----------------------------------------------------------------
+
+def _suite(name, n):
+    return Suite(name, tuple(Prompt(f"p{i}", f"prompt {i}", name) for i in range(n)), None, "")
+
+
+def test_schedule_interleaves_and_rotates_configs():
+    cfgs = [BenchConfig("none"), BenchConfig("draft", 2), BenchConfig("ngram")]
+    plan = schedule([_suite("s", 1)], cfgs, repeats=3)
+    order = [c.name for _, _, _, c in plan]
+    assert order == ["none", "draft:k=2", "ngram:auto", "draft:k=2", "ngram:auto", "none", "ngram:auto", "none", "draft:k=2"]
+
+
+def _run(suite, prompt, repeat, config, tps, drafted=0, accepted=0, steps=10, identical=None, verdict=None):
+    return {
+        "suite": suite, "prompt_id": prompt, "repeat": repeat, "order": 0, "config": config,
+        "stats": {"tokens_per_second": tps, "drafted": drafted, "accepted": accepted, "steps": steps,
+                  "decode_seconds": 1.0, "overhead_seconds": 0.01, "generated": steps + accepted},
+        "identical": identical, "divergence": {"verdict": verdict} if verdict else None,
+    }
+
+
+def test_paired_ratios_and_medians():
+    runs = [
+        _run("s", "a", 0, "none", 10.0), _run("s", "a", 0, "x", 12.0, 10, 8, identical=True),
+        _run("s", "a", 1, "none", 20.0), _run("s", "a", 1, "x", 22.0, 10, 6, identical=False, verdict="near-tie"),
+        _run("s", "a", 2, "none", 10.0), _run("s", "a", 2, "x", 9.0, 10, 5, identical=False, verdict="mismatch"),
+        _run("s", "b", 0, "none", 10.0), _run("s", "b", 0, "x", 15.0, 10, 9, identical=True),
+    ]
+    r = paired_ratios(runs, "x")
+    assert r[("s", "a")] == pytest.approx([1.2, 1.1, 0.9])
+    summary = summarize(runs, ["none", "x"])
+    row = next(x for x in summary["per_suite"] if x["config"] == "x")
+    # per prompt: median(1.2, 1.1, 0.9) = 1.1 and 1.5; per suite: median = 1.3
+    assert row["speedup"] == pytest.approx(1.3)
+    assert row["speedup_min"] == pytest.approx(1.1) and row["speedup_max"] == pytest.approx(1.5)
+    assert row["acceptance"] == pytest.approx(28 / 40)
+    assert row["mean_accepted_length"] == pytest.approx((28 + 40) / 40)
+    assert (row["identical"], row["near_ties"], row["mismatches"], row["compared"]) == (2, 1, 1, 4)
+    assert row["median_tps"] == pytest.approx(np.median([np.median([12, 22, 9]), 15.0]))
+    base = next(x for x in summary["per_suite"] if x["config"] == "none")
+    assert base["speedup"] == pytest.approx(1.0)
+
+
+# -- the runner on the fake backend -----------------------------------------------------------------
+
+class FakeTarget:
+    """A BenchTarget over fake backends (real decoder, scripted model)."""
+
+    has_draft = True
+
+    def __init__(self):
+        tm = FakeModel(n_vocab=12, seed=0)
+        self.t = FakeBackend(tm)
+        self.d = FakeBackend(FakeModel(base=tm, seed=1, noise=0.8))
+        self.auto = AutoK()
+        self.order = []
+
+    def prompt_tokens(self, text):
+        return [1 + (ord(ch) % 11) for ch in text][:20]
+
+    def run(self, prompt, config):
+        self.order.append(config.describe())
+        if config.proposer == "none":
+            prop = NoProposer()
+        elif config.proposer == "ngram":
+            prop = NgramProposer()
+        else:
+            dm = DraftModelProposer(self.d, 12, p_min=config.p_min)
+            prop = dm if config.proposer == "draft" else HybridProposer(dm)
+        ctl = self.auto if config.k == "auto" else FixedK(config.k)
+        steps = list(speculate(self.t, prop, ctl, prompt, params=config.sampling, max_tokens=config.max_tokens,
+                               rng=np.random.default_rng(config.seed)))
+        return Generation(steps=steps, config=config, prompt=prompt)
+
+    def reset(self):
+        self.t.rollback(0)
+        self.d.rollback(0)
+
+    def warm_up(self):
+        pass
+
+    def explain(self, prompt, base, other):
+        return {"verdict": "mismatch"}
+
+    def describe(self):
+        return {"target": "fake-target", "draft": "fake-draft"}
+
+    def memory(self):
+        return {"target_bytes": 100, "draft_bytes": 40, "extra_ram_bytes": 40, "extra_vram_bytes": 0}
+
+
+def test_run_bench_on_the_fake_backend():
+    target = FakeTarget()
+    suites = [_suite("alpha", 2), _suite("beta", 1)]
+    cfgs = parse_configs("none,draft:k=3,ngram:k=2")
+    seen = []
+    res = run_bench(target, suites, cfgs, BenchOptions(repeats=2, max_tokens=24), on_run=seen.append)
+    assert len(res["runs"]) == 3 * 2 * 3 == len(seen)
+    # warm-up ran each config once, then the interleaved plan
+    assert target.order[:3] == ["none", "draft:k=3", "ngram:k=2"]
+    # greedy speculation on the fake backend reproduces target alone exactly
+    spec = [r for r in res["runs"] if r["config"] != "none"]
+    assert all(r["identical"] is True for r in spec)
+    assert all(r["stats"]["generated"] == 24 for r in res["runs"])
+    overall = {row["config"]: row for row in res["summary"]["overall"]}
+    assert overall["none"]["speedup"] == pytest.approx(1.0)
+    assert overall["draft:k=3"]["acceptance"] > 0 and overall["draft:k=3"]["compared"] == 6
+    assert res["meta"]["settings"]["configs"] == ["none", "draft:k=3", "ngram:k=2"]
+    assert res["memory"]["extra_ram_bytes"] == 40
+
+
+def test_run_bench_needs_a_draft_for_draft_configs():
+    from specdesk.errors import SpecDeskError
+
+    target = FakeTarget()
+    target.has_draft = False
+    with pytest.raises(SpecDeskError, match="need a draft model"):
+        run_bench(target, [_suite("s", 1)], parse_configs("none,draft:k=2"), BenchOptions(repeats=1, max_tokens=4))
+
+
+def test_run_bench_writes_a_parseable_report(tmp_path):
+    import csv
+    import json
+
+    from specdesk.bench.report import write_report
+
+    res = run_bench(FakeTarget(), [_suite("s", 2)], parse_configs("none,draft:k=2"), BenchOptions(repeats=1, max_tokens=12))
+    paths = write_report(res, tmp_path / "out")
+    names = {p.name for p in paths}
+    assert {"report.json", "report.csv", "report.md"} <= names
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["configs"] == ["none", "draft:k=2"]
+    rows = list(csv.DictReader(open(tmp_path / "out" / "report.csv")))
+    assert len(rows) == 4 and float(rows[0]["tokens_per_second"]) > 0
+
+
+# -- advisor arithmetic -------------------------------------------------------------------------------
+
+def test_expected_tokens_matches_leviathans_closed_form():
+    for a in (0.0, 0.3, 0.8, 0.99):
+        for k in range(0, 8):
+            assert expected_tokens([a] * k)[k] == pytest.approx(expected_tokens_constant(a, k))
+    assert expected_tokens_constant(1.0, 4) == 5.0
+
+
+def _cal(verify_ratios, draft_per_token, acceptance=None, step=0.04):
+    cm = CostModel()
+    for b, r in verify_ratios.items():
+        cm.set_verify(b, r * step)
+    for k in range(1, 9):
+        cm.set_draft(k, draft_per_token * k * step)
+    return Calibration(costs=cm, context_tokens=300, seconds=1.0, draft_acceptance=acceptance,
+                       draft_bytes=512 * 2**20, kv_bytes_per_token=28 * 1024)
+
+
+def test_predict_fixed_by_hand():
+    cal = _cal({1: 1.0, 2: 1.9, 3: 2.3, 4: 2.7, 5: 3.2}, draft_per_token=0.6)
+    # k=2, alphas 0.8, 0.5: E = 1 + 0.8 + 0.4 = 2.2; cost = V(3) + D(2) = 2.3 + 1.2 = 3.5
+    assert predict_fixed(cal, 2, [0.8, 0.5]) == pytest.approx(2.2 / 3.5)
+    # n-gram drafts cost nothing to make: k=4 at acceptance 1 -> 5 tokens for 3.2 steps
+    assert predict_fixed(cal, 4, [1.0] * 4, draft_cost=False) == pytest.approx(5 / 3.2)
+    assert predict_fixed(cal, 0, []) == 1.0
+
+
+def test_draft_length_histogram_and_run_prediction():
+    stats = {"steps": 10, "generated": 25, "drafted_per_position": [7, 5, 2]}
+    assert draft_length_histogram(stats) == {0: 3, 1: 2, 2: 3, 3: 2}
+    cal = _cal({1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}, draft_per_token=0.5)
+    # time in steps: 3*1 + 2*(2+0.5) + 3*(3+1) + 2*(4+1.5) = 3 + 5 + 12 + 11 = 31
+    assert predict_run(cal, stats, "draft") == pytest.approx(25 / 31)
+    # the same steps without draft cost (n-gram): 3 + 4 + 9 + 8 = 24
+    assert predict_run(cal, stats, "ngram") == pytest.approx(25 / 24)
+
+
+def _acceptance(rate, n=200, k=8):
+    acc = PositionAcceptance()
+    rng = np.random.default_rng(0)
+    for _ in range(n):
+        a = 0
+        while a < k and rng.random() < rate:
+            a += 1
+        acc.record(k, a)
+    return acc
+
+
+def test_advice_on_a_cpu_like_machine_says_it_slows_down_and_offers_context():
+    cal = _cal({b: 0.95 * b for b in range(1, 10)} | {1: 1.0}, draft_per_token=0.6, acceptance=_acceptance(0.85))
+    adv = advise(cal)
+    assert adv.best == "none"
+    assert "slows this machine down" in adv.text
+    assert adv.memory_alternative and f"{int(512 * 2**20 / (28 * 1024)):,} more tokens" in adv.memory_alternative
+
+
+def test_advice_on_a_gpu_like_machine_recommends_drafting():
+    cal = _cal({b: 1.0 + 0.05 * (b - 1) for b in range(1, 10)}, draft_per_token=0.1, acceptance=_acceptance(0.85))
+    adv = advise(cal)
+    assert adv.best.startswith("draft:k=") and adv.best_speedup > 1.5
+    assert "pays" in adv.text and adv.memory_alternative is None
