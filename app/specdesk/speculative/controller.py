@@ -94,7 +94,7 @@ class AutoK:
         acc = self.acceptance.setdefault(key, PositionAcceptance())
         kmax = max(0, min(self._kmax(source), limit))
         alphas = acc.alphas(kmax, z=z)
-        rates = self.costs.rates(alphas, draft_costs=(source == "draft"))
+        rates = self.costs.rates(alphas, draft_costs=(source == "draft"), optimistic=z > 0)
         if rates[0] is None:
             return 0, rates
         best_k, best = 0, rates[0] * self.margin

@@ -94,7 +94,10 @@ class CostModel:
     def verify_measured(self, batch: int) -> bool:
         return batch in self.verify
 
-    def verify_cost(self, batch: int) -> float | None:
+    def verify_cost(self, batch: int, optimistic: bool = False) -> float | None:
+        """Seconds for a verify batch: measured, interpolated between measurements, or
+        extrapolated past the largest one (with the measured slope, or with the low
+        prior slope when ``optimistic``, which is how auto decides to try a size)."""
         pts = sorted((b, rc.value) for b, rc in self.verify.items())
         if not pts:
             return None
@@ -111,45 +114,51 @@ class CostModel:
             base = v1 / (1.0 + self.prior_verify_slope * (b1 - 1))
             return base * (1.0 + self.prior_verify_slope * (batch - 1))
         # larger than anything measured
-        if len(below) >= 2:
-            (b0, v0), (b1, v1) = below[-2], below[-1]
-            slope = max(0.0, (v1 - v0) / (b1 - b0))
-            return v1 + slope * (batch - b1)
-        b0, v0 = below[-1]
-        base = v0 / (1.0 + self.prior_verify_slope * (b0 - 1))
-        return base * (1.0 + self.prior_verify_slope * (batch - 1))
+        b1, v1 = below[-1]
+        one = self.verify[1].value if 1 in self.verify else v1 / (1.0 + self.prior_verify_slope * (b1 - 1))
+        if optimistic or len(below) < 2:
+            return v1 + self.prior_verify_slope * one * (batch - b1)
+        b0, v0 = below[-2]
+        slope = max(0.0, (v1 - v0) / (b1 - b0))
+        return v1 + slope * (batch - b1)
 
-    def draft_cost(self, k: int) -> float:
+    def draft_cost(self, k: int, optimistic: bool = False) -> float:
+        """Seconds for a draft-model call drafting k tokens (measured, interpolated, or
+        extrapolated like :meth:`verify_cost`)."""
         if k <= 0:
             return 0.0
         if k in self.draft:
             return self.draft[k].value
         pts = sorted((kk, rc.value) for kk, rc in self.draft.items())
-        if len(pts) >= 2:
-            # least squares line through the measured calls
-            xs = [p[0] for p in pts]
-            ys = [p[1] for p in pts]
-            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-            sxx = sum((x - mx) ** 2 for x in xs)
-            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-            slope = max(slope, 0.0)
-            return max(0.0, my + slope * (k - mx))
-        if pts:
-            k0, v0 = pts[0]
-            return v0 * k / k0
         step = self.step_cost or 0.0
-        return self.prior_draft_share * step * k
+        if not pts:
+            return self.prior_draft_share * step * k
+        below = [(kk, v) for kk, v in pts if kk < k]
+        above = [(kk, v) for kk, v in pts if kk > k]
+        if below and above:
+            (k0, v0), (k1, v1) = below[-1], above[0]
+            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+        if above:
+            k1, v1 = above[0]
+            return v1 * k / k1
+        k1, v1 = below[-1]
+        if optimistic:
+            return v1 + self.prior_draft_share * step * (k - k1)
+        if len(below) >= 2:
+            k0, v0 = below[-2]
+            return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (k - k1)
+        return v1 * k / k1
 
-    def rates(self, alphas: Sequence[float], draft_costs: bool = True) -> list[float | None]:
+    def rates(self, alphas: Sequence[float], draft_costs: bool = True, optimistic: bool = False) -> list[float | None]:
         """Predicted tokens/s for k = 0..len(alphas), None where no step cost is known."""
         es = expected_tokens(alphas)
         out: list[float | None] = []
         for k, e in enumerate(es):
-            v = self.verify_cost(k + 1)
+            v = self.verify_cost(k + 1, optimistic)
             if v is None or v <= 0:
                 out.append(None)
                 continue
-            d = self.draft_cost(k) if draft_costs else 0.0
+            d = self.draft_cost(k, optimistic) if draft_costs else 0.0
             out.append(e / (v + d))
         return out
 
