@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("target", type=Path)
     cp.add_argument("draft", type=Path)
     cp.add_argument("--json", action="store_true")
+    dr = msub.add_parser("drafts", help="which models in the library can draft for TARGET (compatible first, smallest first; the others with their reason)")
+    dr.add_argument("target", type=Path)
+    dr.add_argument("--json", action="store_true")
 
     from .bench.cli import add_bench_parsers
 

@@ -220,6 +220,8 @@ def cmd_models(args) -> int:
         return _models_inspect(args)
     if sub == "check-pair":
         return _check_pair(args)
+    if sub == "drafts":
+        return _drafts(args)
     if sub == "download":
         from .library.hub_cli import cmd_download
 
@@ -273,6 +275,32 @@ def _models_inspect(args) -> int:
                 print(f"  {kk}: {_gib(vv) if kk.endswith('_bytes') else vv}")
         else:
             print(f"{k}: {_gib(v) if k == 'file_size' else v}")
+    return 0
+
+
+def _drafts(args) -> int:
+    from tqdm import tqdm
+
+    from .library.discovery import scan
+    from .library.gguf_file import validate_gguf
+    from .library.pairing import drafts_for
+
+    validate_gguf(args.target)
+    lib = scan()
+    cands = [(e.path, e.name) for e in lib.entries if e.present and e.error is None]
+    with tqdm(total=len(cands), desc="pairing", file=sys.stderr, leave=False, disable=args.json) as bar:
+        res = drafts_for(args.target, cands, progress=lambda m, f: bar.update(int(f * len(cands)) - bar.n))
+    if args.json:
+        print(dump_json([c.to_dict() for c in res]))
+        return 0
+    ok = [c for c in res if c.compatible]
+    print(f"{len(ok)} of {len(res)} models can draft for {args.target.name}" + (":" if res else "."))
+    for c in res:
+        if c.compatible:
+            print(f"  ok   {_gib(c.size):>10}  {c.name}  ({c.path})")
+    for c in res:
+        if not c.compatible:
+            print(f"  no   {'':>10}  {c.name}: {c.reason}")
     return 0
 
 

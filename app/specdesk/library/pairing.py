@@ -1,20 +1,42 @@
 """Which drafts can speculate for a target: llama.cpp's vocabulary rules, applied
 to vocab-only loads (no weights), after each file passed GGUF validation.
 
-The CLI's ``models check-pair``, the app's draft picker and the model library all
-use this module.
+The CLI's ``models check-pair`` and ``models drafts``, the app's draft picker and
+the model library all use this module.
+
+Pairing a target against a whole library would load every vocabulary each time,
+so each file's vocabulary is summarised once in a *fingerprint*, cached by path +
+size + mtime: the vocab type, the special tokens, the size, and hashes of the
+token texts from id 5 up to every size within 128 of the file's own (the only
+sizes a compatible partner can share with it). Two fingerprints decide every rule
+exactly; only to name the first differing token of an incompatible pair are the
+two vocabularies loaded again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from ..engine.model import Model
-from ..engine.vocab import Compatibility, check_compatible
+from ..engine.vocab import CHECK_START_TOKEN_ID, MAX_SIZE_DIFFERENCE, VOCAB_TYPE_NAMES, Compatibility, check_compatible
+from ..errors import Cancelled, SpecDeskError
+from ..paths import user_cache_dir
 from .gguf_file import validate_gguf
+
+log = logging.getLogger(__name__)
+_cache_lock = threading.Lock()
 
 
 def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
+    """The exact check: both vocabularies loaded, every rule applied in llama.cpp's order."""
     validate_gguf(target)
     validate_gguf(draft)
     t = Model(target, vocab_only=True)
@@ -26,3 +48,165 @@ def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
             d.close()
     finally:
         t.close()
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+    # sha256 of the token texts [5, m) for m in [n_tokens - 128, n_tokens]
+    hashes: dict
+
+    def hash_at(self, m: int) -> str | None:
+        return self.hashes.get(str(m))
+
+
+def fingerprint_of(model: Model) -> Fingerprint:
+    vi = model.vocab_info()
+    n = vi.n_tokens
+    lo = max(CHECK_START_TOKEN_ID, n - MAX_SIZE_DIFFERENCE)
+    h = hashlib.sha256()
+    hashes = {}
+    for i in range(CHECK_START_TOKEN_ID, n + 1):
+        if i >= lo:
+            hashes[str(i)] = h.hexdigest()
+        if i < n:
+            h.update(vi.text(i).encode("utf-8", "surrogatepass"))
+            h.update(b"\0")
+    return Fingerprint(vi.vocab_type, n, vi.bos, vi.eos, vi.add_bos, vi.add_eos, hashes)
+
+
+def _cache_file() -> Path:
+    return user_cache_dir() / "vocab-fingerprints.json"
+
+
+def _read_cache() -> dict:
+    try:
+        return json.loads(_cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(data: dict) -> None:
+    f = _cache_file()
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".vocab-")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(tmp, f)
+    except OSError as e:  # a cache is an optimisation: never fail the user's work over it
+        log.warning("cannot write the vocabulary cache %s: %s", f, e)
+
+
+def _key(path: Path) -> tuple[str, str]:
+    st = path.stat()
+    real = str(path.resolve())
+    return real, f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def fingerprint(path: str | Path, use_cache: bool = True) -> Fingerprint:
+    """The file's vocabulary fingerprint (validated, vocab-only load, cached)."""
+    path = Path(path)
+    real, stamp = _key(path)
+    if use_cache:
+        with _cache_lock:
+            hit = _read_cache().get(real)
+        if hit and hit.get("stamp") == stamp:
+            return Fingerprint(**hit["fp"])
+    validate_gguf(path)
+    m = Model(path, vocab_only=True)
+    try:
+        fp = fingerprint_of(m)
+    finally:
+        m.close()
+    with _cache_lock:
+        data = _read_cache()
+        data[real] = {"stamp": stamp, "fp": asdict(fp)}
+        _write_cache(data)
+    return fp
+
+
+def compare(target: Fingerprint, draft: Fingerprint) -> Compatibility | None:
+    """llama.cpp's rules on fingerprints; None when only the texts' first difference
+    is unknown (the pair is then incompatible: load both to name the token)."""
+    if target.vocab_type != draft.vocab_type:
+        tn = VOCAB_TYPE_NAMES.get(target.vocab_type, target.vocab_type)
+        dn = VOCAB_TYPE_NAMES.get(draft.vocab_type, draft.vocab_type)
+        return Compatibility(False, "vocab type", f"vocab types differ: target {tn}, draft {dn}")
+    for what, a, b in (
+        ("add-BOS", target.add_bos, draft.add_bos),
+        ("add-EOS", target.add_eos, draft.add_eos),
+        ("BOS token id", target.bos, draft.bos),
+        ("EOS token id", target.eos, draft.eos),
+    ):
+        if a != b:
+            return Compatibility(False, "special tokens", f"special tokens differ: {what} is {a} in the target, {b} in the draft")
+    diff = abs(target.n_tokens - draft.n_tokens)
+    if diff > MAX_SIZE_DIFFERENCE:
+        return Compatibility(
+            False,
+            "vocab size",
+            f"vocab sizes differ by {diff} (target {target.n_tokens}, draft {draft.n_tokens}; at most {MAX_SIZE_DIFFERENCE} allowed)",
+        )
+    common = min(target.n_tokens, draft.n_tokens)
+    if target.hash_at(common) == draft.hash_at(common) and target.hash_at(common) is not None:
+        return Compatibility(True, n_common=common)
+    return None
+
+
+def check_pair_cached(target: str | Path, draft: str | Path) -> Compatibility:
+    """Same answer as :func:`check_pair`, from cached fingerprints when possible."""
+    res = compare(fingerprint(target), fingerprint(draft))
+    return res if res is not None else check_pair(target, draft)
+
+
+@dataclass(frozen=True)
+class DraftCandidate:
+    path: Path
+    name: str
+    size: int
+    compatible: bool
+    reason: str
+    rule: str = ""
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "name": self.name, "size": self.size, "compatible": self.compatible,
+                "reason": self.reason or None, "rule": self.rule or None}
+
+
+def drafts_for(
+    target: str | Path,
+    candidates: Iterable[tuple[Path, str]],
+    cancel: Callable[[], bool] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[DraftCandidate]:
+    """Every candidate (path, name) checked against the target: compatible drafts
+    first, smallest (cheapest to run) first; then the others with their reason."""
+    tfp = fingerprint(target)
+    treal = Path(target).resolve()
+    items = [(Path(p), n) for p, n in candidates if Path(p).resolve() != treal]
+    out: list[DraftCandidate] = []
+    for i, (p, name) in enumerate(items):
+        if cancel is not None and cancel():
+            raise Cancelled("pairing was cancelled")
+        if progress:
+            progress(f"checking {name}", i / max(1, len(items)))
+        try:
+            size = p.stat().st_size
+            res = compare(tfp, fingerprint(p))
+            if res is None:
+                res = check_pair(target, p)
+        except SpecDeskError as e:
+            out.append(DraftCandidate(p, name, 0, False, str(e), "unreadable"))
+            continue
+        except OSError as e:
+            out.append(DraftCandidate(p, name, 0, False, f"{p.name}: {e.strerror or e}", "unreadable"))
+            continue
+        out.append(DraftCandidate(p, name, size, res.ok, res.reason, res.rule))
+    out.sort(key=lambda c: (not c.compatible, c.size if c.compatible else 0, c.name.lower()))
+    return out
