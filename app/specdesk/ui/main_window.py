@@ -67,6 +67,8 @@ class MainWindow(QMainWindow):
     models_changed = Signal(object)
     # Emitted with the text of every error shown to the user.
     error_shown = Signal(str)
+    # Emitted with (target, [DraftCandidate]) when the draft picker knows what pairs with the target.
+    pairing_checked = Signal(object)
 
     def __init__(self, data_dir: Path, autoload: bool = True) -> None:
         super().__init__()
@@ -83,6 +85,8 @@ class MainWindow(QMainWindow):
         self._gen_task: Task | None = None
         self._load_task: Task | None = None
         self._aux_tasks: list[Task] = []
+        self._draft_pairing: list = []
+        self._pairing_target: Path | None = None
         self._pending_regenerate = False
         self._closing = False
         self.latency = LatencyProbe(self)
@@ -93,6 +97,7 @@ class MainWindow(QMainWindow):
         self._select_or_create_chat()
         self._refresh_model_lists()
         self._update_state()
+        self.library.rescan()
         if autoload:
             QTimer.singleShot(0, self.autoload_default_pair)
 
@@ -109,6 +114,7 @@ class MainWindow(QMainWindow):
         self.target_combo.setObjectName("targetCombo")
         self.target_combo.setMinimumWidth(260)
         self.target_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.target_combo.currentIndexChanged.connect(self._target_combo_changed)
         tb.addWidget(self.target_combo)
         self.open_target_btn = QPushButton("Open…")
         self.open_target_btn.setToolTip("Open a target GGUF file")
@@ -241,6 +247,14 @@ class MainWindow(QMainWindow):
         self.compare.stopped.connect(self._update_state)
         self.compare.run_btn.clicked.connect(self._update_state)
         self.tabs.addTab(self.compare, "Compare")
+        from .library_tab import LibraryTab
+
+        self.library = LibraryTab()
+        self.library.error.connect(self.show_error)
+        self.library.scanned.connect(self._library_scanned)
+        self.library.use_as_target.connect(lambda p: self._use_from_library(p, "target"))
+        self.library.use_as_draft.connect(lambda p: self._use_from_library(p, "draft"))
+        self.tabs.addTab(self.library, "Library")
 
         # -- right: statistics
         self.stats = StatsPanel()
@@ -370,40 +384,150 @@ class MainWindow(QMainWindow):
         QSettings().setValue("models/recent", [str(p) for p in rec[:MAX_RECENT]])
 
     def known_models(self) -> list[Path]:
-        """models/ and recent files (the model library adds more sources)."""
+        """The library's usable models (models/, your folders, HF cache, LM Studio,
+        Ollama) and recently opened files."""
         from ..paths import models_dir
 
         seen: dict[Path, None] = {}
-        d = models_dir()
-        if d.is_dir():
-            for p in sorted(d.glob("*.gguf")):
-                seen[p.resolve()] = None
+        for e in self.library.entries:
+            if e.valid:
+                seen[Path(e.path).resolve()] = None
+        if not self.library.entries:  # before the first scan finishes
+            d = models_dir()
+            if d.is_dir():
+                for p in sorted(d.glob("*.gguf")):
+                    seen[p.resolve()] = None
         for p in self._recent():
             if p.is_file():
                 seen[p.resolve()] = None
         return list(seen)
 
+    def _model_name(self, path: Path) -> str:
+        for e in self.library.entries:
+            if Path(e.path).resolve() == path.resolve():
+                return e.name if e.name != path.stem else path.name
+        return path.name
+
     def _refresh_model_lists(self) -> None:
         models = self.known_models()
-        for combo, current, allow_none in (
-            (self.target_combo, self.target_path, False),
-            (self.draft_combo, self.draft_path, True),
-        ):
-            combo.blockSignals(True)
-            combo.clear()
-            if allow_none:
-                combo.addItem("(no draft: n-gram or target alone)", None)
-            for p in models:
-                combo.addItem(p.name, str(p))
-                combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
-            if current is not None:
-                i = combo.findData(str(current.resolve()))
-                if i < 0:
-                    combo.addItem(current.name, str(current))
-                    i = combo.count() - 1
-                combo.setCurrentIndex(i)
-            combo.blockSignals(False)
+        # target: every usable model
+        combo = self.target_combo
+        combo.blockSignals(True)
+        combo.clear()
+        for p in models:
+            combo.addItem(self._model_name(p), str(p))
+            combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
+        if self.target_path is not None:
+            i = combo.findData(str(self.target_path.resolve()))
+            if i < 0:
+                combo.addItem(self.target_path.name, str(self.target_path.resolve()))
+                i = combo.count() - 1
+            combo.setCurrentIndex(i)
+        combo.blockSignals(False)
+        # draft: compatible drafts first (smallest first), the others greyed out with their reason
+        combo = self.draft_combo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("(no draft: n-gram or target alone)", None)
+        pairing = self._draft_pairing
+        ordered = [c.path.resolve() for c in pairing if c.compatible] if pairing else []
+        ordered += [p for p in models if p not in ordered and p not in {c.path.resolve() for c in pairing}]
+        incompatible = [c for c in pairing if not c.compatible] if pairing else []
+        model = combo.model()
+        for p in ordered:
+            if self.target_path is not None and p == self.target_path.resolve():
+                continue
+            combo.addItem(self._model_name(p), str(p))
+            tip = "compatible: shares the target's vocabulary" if pairing else str(p)
+            combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        for c in incompatible:
+            short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
+            combo.addItem(f"{self._model_name(c.path)} — {short}", str(c.path.resolve()))
+            idx = combo.count() - 1
+            combo.setItemData(idx, f"cannot draft for this target: {c.reason}", Qt.ItemDataRole.ToolTipRole)
+            item = model.item(idx)
+            if item is not None:
+                item.setEnabled(False)
+        if self.draft_path is not None:
+            i = combo.findData(str(self.draft_path.resolve()))
+            if i < 0:
+                combo.addItem(self.draft_path.name, str(self.draft_path.resolve()))
+                i = combo.count() - 1
+            combo.setCurrentIndex(i)
+        combo.blockSignals(False)
         self.empty_state.set_models(models)
+
+    def _library_scanned(self, entries) -> None:
+        self._refresh_model_lists()
+        target = self._combo_path(self.target_combo) or self.target_path
+        if target is not None:
+            self.check_drafts(target)
+
+    def check_drafts(self, target: Path) -> None:
+        """Pair every library model with the target, off the UI thread."""
+        cands = [(Path(p), self._model_name(Path(p))) for p in self.known_models()]
+
+        def work(task: Task):
+            from ..library.pairing import drafts_for
+
+            return drafts_for(target, cands, cancel=task.is_cancelled)
+
+        task = Task(work, "draft pairing")
+        self._aux_tasks.append(task)
+
+        def done(res) -> None:
+            if res is None or self._closing:
+                return
+            current = self._combo_path(self.target_combo) or self.target_path
+            if current is not None and current.resolve() != Path(target).resolve():
+                return  # the target changed meanwhile
+            self._draft_pairing = list(res)
+            self._pairing_target = Path(target)
+            self._refresh_model_lists()
+            self.pairing_checked.emit((Path(target), self._draft_pairing))
+
+        task.succeeded.connect(done)
+        task.failed.connect(lambda msg: log.warning("pairing failed: %s", msg))
+        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
+        task.start()
+
+    def _target_combo_changed(self, _i: int) -> None:
+        t = self._combo_path(self.target_combo)
+        if t is not None:
+            self._draft_pairing = []
+            self.check_drafts(t)
+
+    def _use_from_library(self, path: Path, role: str) -> None:
+        self.tabs.setCurrentIndex(0)
+        if role == "draft":
+            target = self.target_path or self._combo_path(self.target_combo)
+            if target is None:
+                self.show_error("Choose a target first: a draft speculates for a target.")
+                return
+            self.load_models(target, path)
+            return
+        # a new target: keep the draft if it still pairs, else take the smallest compatible one
+        from ..library.pairing import drafts_for
+
+        def work(task: Task):
+            return drafts_for(path, [(Path(p), Path(p).name) for p in self.known_models()], cancel=task.is_cancelled)
+
+        task = Task(work, "draft pairing")
+        self._aux_tasks.append(task)
+
+        def done(res) -> None:
+            if res is None or self._closing:
+                return
+            self._draft_pairing = list(res)
+            ok = [c.path for c in res if c.compatible]
+            draft = self.draft_path if self.draft_path is not None and self.draft_path.resolve() in {p.resolve() for p in ok} else (ok[0] if ok else None)
+            self.target_path = path
+            self.load_models(path, draft)
+
+        task.succeeded.connect(done)
+        task.failed.connect(self.show_error)
+        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
+        task.start()
 
     def _combo_path(self, combo: QComboBox) -> Path | None:
         v = combo.currentData()
@@ -545,6 +669,9 @@ class MainWindow(QMainWindow):
         self._remember(self.target_path)
         if self.draft_path:
             self._remember(self.draft_path)
+        if self._pairing_target is None or self._pairing_target.resolve() != self.target_path.resolve():
+            self._draft_pairing = []
+            self.check_drafts(self.target_path)
         self._refresh_model_lists()
         self._idle(f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else ""))
         self.stats.set_memory(session.memory())
@@ -840,6 +967,9 @@ class MainWindow(QMainWindow):
             t.cancel()
         for t in running_tasks():
             t.wait(60000)
+        for w in self.findChildren(QWidget):
+            if w.isWindow() and w.isVisible() and w is not self:
+                w.close()  # e.g. a download dialog
         if self.session is not None:
             self.session.close()
             self.session = None

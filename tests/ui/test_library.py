@@ -1,0 +1,116 @@
+"""The model library in the app: discovery, the draft picker's pairing, and a Hub
+download through the real client against the local stand-in Hub."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from hubserver import FakeHub
+from specdesk.ui.main_window import MainWindow
+
+
+@pytest.fixture
+def library_env(tmp_path, monkeypatch, smol_path, smol_draft_path, qwen_draft_path):
+    """A home with LM Studio models, and models/ with the SmolLM2 pair and a Qwen draft."""
+    home = tmp_path / "home"
+    lms = home / ".lmstudio" / "models" / "qwen" / "coder-gguf"
+    lms.mkdir(parents=True)
+    os.symlink(qwen_draft_path, lms / "qwen-draft.gguf")
+    models = tmp_path / "models"
+    models.mkdir()
+    os.symlink(smol_path, models / "smol.gguf")
+    os.symlink(smol_draft_path, models / "smol-q4_0.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SPECDESK_MODELS_DIR", str(models))
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def window(qtbot, library_env):
+    w = MainWindow(library_env / "data", autoload=False)
+    w.show()
+    yield w
+    w.close()
+
+
+def _scanned(qtbot, w):
+    with qtbot.waitSignal(w.library.scanned, timeout=60_000) as b:
+        w.library.rescan(use_cache=False)
+    return b.args[0]
+
+
+def test_library_lists_models_from_each_place(qtbot, window):
+    entries = _scanned(qtbot, window)
+    by_source = {e.path.name: e.sources for e in entries}
+    assert "lmstudio" in by_source["qwen-draft.gguf"]
+    assert "models" in by_source["smol.gguf"]
+    t = window.library.table
+    assert t.rowCount() == len(entries)
+    names = [t.item(r, 7).text() for r in range(t.rowCount())]
+    assert any(n.endswith("qwen-draft.gguf") for n in names)
+    window.library.select_path(Path(entries[0].path))
+    assert "architecture" in window.library.details.toPlainText()
+
+
+def test_draft_picker_greys_out_incompatible_models_with_the_reason(qtbot, window, library_env):
+    _scanned(qtbot, window)
+    smol = (library_env / "models" / "smol.gguf").resolve()
+    combo = window.target_combo
+    with qtbot.waitSignal(window.pairing_checked, timeout=120_000, check_params_cb=lambda a: a[0] == smol) as b:
+        combo.setCurrentIndex(combo.findData(str(smol)))
+    res = b.args[0][1]
+    combo = window.draft_combo
+    texts = [combo.itemText(i) for i in range(combo.count())]
+    # the compatible draft comes first (after "no draft") and can be chosen
+    assert combo.itemData(1).endswith("smol_q4_0.gguf") or combo.itemData(1).endswith("smol-q4_0.gguf")
+    assert combo.model().item(1).isEnabled()
+    # the Qwen draft is listed, greyed out, with its reason
+    i = next(i for i, t in enumerate(texts) if "qwen" in t.lower())
+    assert not combo.model().item(i).isEnabled()
+    assert "special tokens differ" in combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+    assert [c.compatible for c in res].count(False) >= 1
+
+
+def test_use_as_target_from_the_library_loads_with_a_compatible_draft(qtbot, window, library_env):
+    entries = _scanned(qtbot, window)
+    smol = next(e for e in entries if e.path.name == "smol.gguf")
+    window.library.select_path(smol.path)
+    with qtbot.waitSignal(window.models_changed, timeout=180_000) as b:
+        window.library.target_btn.click()
+    s = b.args[0]
+    assert s is not None and s.draft is not None
+    assert s.draft.spec.path.name.startswith("smol")  # the compatible one, not the Qwen draft
+
+
+def test_download_from_the_hub_dialog(qtbot, window, library_env, smol_path):
+    from specdesk.ui.hub_dialog import HubDialog
+
+    with FakeHub({"someone/SmolLM2-GGUF": {"SmolLM2-135M-Instruct.Q4_1.gguf": Path(smol_path), "README.md": b"# hi"}}) as hub:
+        os.environ["HF_ENDPOINT"] = hub.url
+        try:
+            dlg = HubDialog(window)
+            dlg.show()
+            dlg.repo.setText("someone/SmolLM2-GGUF")
+            with qtbot.waitSignal(dlg.table.itemSelectionChanged, timeout=60_000):
+                dlg.list_btn.click()
+            assert dlg.table.rowCount() == 1 and dlg.table.item(0, 0).text() == "Q4_1"
+            progress = []
+            with qtbot.waitSignal(dlg.downloaded, timeout=120_000) as b:
+                dlg.download_btn.click()
+                dlg._task.progress.connect(lambda m, f: progress.append(f))
+            path = Path(b.args[0])
+            assert path.is_file() and path.stat().st_size == Path(smol_path).stat().st_size
+            assert str(library_env / "hf-cache") in str(path)
+            assert progress and progress == sorted(progress)
+            dlg.close()
+        finally:
+            del os.environ["HF_ENDPOINT"]
+    entries = _scanned(qtbot, window)
+    assert any("hf-cache" in e.sources for e in entries)
