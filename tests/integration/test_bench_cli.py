@@ -1,0 +1,95 @@
+"""specdesk bench on real models (SmolLM2): the report's figures add up; bad input
+changes nothing."""
+
+import csv
+import json
+import statistics
+
+import pytest
+
+from test_cli import assert_one_line_error, cli
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    p = tmp_path_factory.mktemp("suite") / "mine.jsonl"
+    p.write_text(
+        '{"id": "colours", "prompt": "List three colours."}\n'
+        '{"id": "add", "prompt": "Write a Python function add(a, b)."}\n'
+    )
+    return p
+
+
+@pytest.fixture(scope="module")
+def report(prompts, smol_path, smol_draft_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "out"
+    r = cli("bench", "--target", smol_path, "--draft", smol_draft_path, "--ctx", "512", "--threads", "2",
+            "--suite", prompts, "--configs", "none,draft:k=2", "--repeats", "2", "--max-tokens", "16",
+            "--out", out, "--no-advisor", timeout=900)
+    assert r.returncode == 0, r.stderr
+    return out, r
+
+
+def test_report_files_and_figures_add_up(report):
+    out, r = report
+    res = json.loads((out / "report.json").read_text())
+    runs = res["runs"]
+    assert len(runs) == 2 * 2 * 2  # prompts x repeats x configs
+    assert [x["config"] for x in runs[:4]] == ["none", "draft:k=2", "draft:k=2", "none"]  # interleaved, rotated
+    for x in runs:
+        st = x["stats"]
+        assert st["generated"] <= 16 and st["accepted"] <= st["drafted"]
+        assert st["tokens_per_second"] == pytest.approx(st["generated"] / st["decode_seconds"])
+    # the summary's speedup is the median over prompts of the median paired ratio
+    by = {(x["prompt_id"], x["repeat"], x["config"]): x["stats"]["tokens_per_second"] for x in runs}
+    per_prompt = [
+        statistics.median(by[(p, rep, "draft:k=2")] / by[(p, rep, "none")] for rep in (0, 1))
+        for p in ("colours", "add")
+    ]
+    row = next(x for x in res["summary"]["per_suite"] if x["config"] == "draft:k=2")
+    assert row["speedup"] == pytest.approx(statistics.median(per_prompt))
+    drafted = sum(x["stats"]["drafted"] for x in runs if x["config"] == "draft:k=2")
+    accepted = sum(x["stats"]["accepted"] for x in runs if x["config"] == "draft:k=2")
+    assert row["acceptance"] == pytest.approx(accepted / drafted)
+    assert row["compared"] == 4 and row["identical"] + row["near_ties"] + row["mismatches"] == 4
+    rows = list(csv.DictReader(open(out / "report.csv")))
+    assert len(rows) == len(runs)
+    assert sum(int(x["generated"]) for x in rows) == sum(x["stats"]["generated"] for x in runs)
+    md = (out / "report.md").read_text()
+    assert "draft:k=2" in md and f"{row['speedup']:.2f}" in md
+    for png in ("speedup.png", "acceptance_by_position.png", "tokens_per_second.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "draft:k=2" in r.stdout  # the markdown table is printed too
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--suite", "no_such_suite"], ["unknown suite"]),
+        (["--configs", "none,draft:k=0"], ["k must be"]),
+        (["--configs", "none,warp"], ["unknown config"]),
+    ],
+)
+def test_bad_suite_or_config(args, needles, smol_path, tmp_path):
+    out = tmp_path / "out"
+    r = cli("bench", "--target", smol_path, *args, "--out", out, "--no-advisor")
+    assert_one_line_error(r, *needles)
+    assert not out.exists()
+
+
+def test_empty_and_malformed_prompt_files(smol_path, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert_one_line_error(cli("bench", "--target", smol_path, "--suite", empty, "--no-advisor", "--out", tmp_path / "o1"), "no prompts")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": "broken"\n')
+    assert_one_line_error(cli("bench", "--target", smol_path, "--suite", bad, "--no-advisor", "--out", tmp_path / "o2"), "line 2")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_unwritable_output_directory_fails_before_any_model_work(smol_path, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = cli("bench", "--target", smol_path, "--configs", "none,ngram", "--out", blocker / "out", "--no-advisor")
+    assert_one_line_error(r, "cannot")
+    assert blocker.read_text() == "x"
