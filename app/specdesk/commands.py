@@ -261,10 +261,11 @@ def _models_list(args) -> int:
 
 
 def _models_inspect(args) -> int:
+    from .engine.model import repack_types
     from .library.gguf_file import estimate_memory, inspect_gguf, validate_gguf
 
     info = inspect_gguf(args.file)
-    info["memory"] = estimate_memory(validate_gguf(args.file), n_ctx=args.ctx, n_gpu_layers=args.gpu_layers)
+    info["memory"] = estimate_memory(validate_gguf(args.file), n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, repack_types=repack_types())
     if args.json:
         print(dump_json(info))
         return 0

@@ -96,13 +96,22 @@ class LoadedModel:
         return self.spec.path.name
 
     def memory(self) -> ModelMemory:
+        """From the buffers llama.cpp reported allocating (the formula where it did not)."""
+        mb, cb = self.model.buffers, self.ctx.buffers
+        repack = sum(b.bytes for b in mb if b.kind == "model" and b.device == "CPU_REPACK")
+        kv = sum(b.bytes for b in cb if b.kind == "KV") or int(self.model.kv_bytes_per_token() * self.ctx.n_ctx)
+        compute = sum(b.bytes for b in cb if b.kind in ("compute", "output"))
+        vram = sum(b.bytes for b in mb + cb if b.on_gpu)
         return ModelMemory(
             role=self.role,
             path=str(self.spec.path),
             weights_bytes=int(self.model.shape.size_bytes),
-            kv_bytes=int(self.model.kv_bytes_per_token() * self.ctx.n_ctx),
+            kv_bytes=int(kv),
             n_ctx=self.ctx.n_ctx,
             n_gpu_layers=self.spec.n_gpu_layers,
+            repack_bytes=int(repack),
+            compute_bytes=int(compute),
+            vram_bytes=int(vram),
         )
 
     def close(self) -> None:

@@ -51,7 +51,7 @@ REPORT_KEYS = {
     "vocab_size", "has_chat_template", "chat_template_chars", "bos_token_id", "eos_token_id", "memory",
 }
 ARCH_KV = ("general.architecture", VT.STRING, "llama")
-MEMORY_KEYS = {"weights_bytes", "kv_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
+MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
 
 
 def real_model(name: str) -> Path:
@@ -653,3 +653,21 @@ def test_file_name_with_newline(tmp_path):
     with pytest.raises(ModelFileError) as info:
         validate_gguf(path)
     assert str(info.value) == "bad\\nname.gguf: file is empty (0 bytes)"
+
+
+def test_memory_estimate_counts_the_cpu_repacked_copy(tmp_path):
+    """llama.cpp keeps a repacked copy of Q4_0/Q4_K matrices (not token_embd) on CPUs
+    that repack; offloaded layers are not repacked."""
+    from specdesk.library.defaults import default_models
+
+    path = default_models(["target"])[0].path
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `specdesk models fetch-default` first")
+    g = validate_gguf(path)
+    plain = estimate_memory(g, n_ctx=1024)
+    rep = estimate_memory(g, n_ctx=1024, repack_types={"Q4_K"})
+    want = sum(t.n_bytes for t in g.tensors if t.type_name == "Q4_K" and len(t.shape) == 2 and not t.name.startswith("token_embd"))
+    assert plain["repack_bytes"] == 0 and rep["repack_bytes"] == want > 0
+    assert rep["ram_bytes"] == plain["ram_bytes"] + want
+    offloaded = estimate_memory(g, n_ctx=1024, n_gpu_layers=-1, repack_types={"Q4_K"})
+    assert offloaded["repack_bytes"] == 0

@@ -15,7 +15,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import ContextOverflowError, SpecDeskError
-from .model import Model, default_threads
+from .model import Buffer, Model, capture_buffers, default_threads
 
 
 class Context:
@@ -39,7 +39,9 @@ class Context:
         params.n_threads = self.threads
         params.n_threads_batch = self.threads
         params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        with capture_buffers() as buffers:
+            ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        self.buffers: list[Buffer] = buffers
         if not ctx:
             raise SpecDeskError(f"{model.path.name}: llama.cpp could not create a context of {n_ctx} tokens (out of memory?)")
         self._ctx = ctx

@@ -14,16 +14,25 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelMemory:
+    """What one loaded model holds, from the buffers llama.cpp reported allocating."""
+
     role: str
     path: str
-    weights_bytes: int
-    kv_bytes: int
+    weights_bytes: int  # the model's tensors (mapped from the file, or on the GPU)
+    kv_bytes: int  # the KV cache for n_ctx positions
     n_ctx: int
     n_gpu_layers: int
+    repack_bytes: int = 0  # weights repacked for this CPU: an extra copy in RAM
+    compute_bytes: int = 0  # compute graph and output buffers
+    vram_bytes: int = 0  # the part of all the above that lives on a GPU
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes
+        return self.weights_bytes + self.repack_bytes + self.kv_bytes + self.compute_bytes
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.total_bytes - self.vram_bytes
 
 
 @dataclass(frozen=True)

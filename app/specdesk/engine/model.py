@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,33 @@ _LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNIN
 _llama_log = logging.getLogger("llama.cpp")
 _last_level = [logging.DEBUG]
 _recent_errors: collections.deque[str] = collections.deque(maxlen=8)
+_capture = threading.local()
+_BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS) buffer size (?:=|is) +([\d.]+) MiB")
+_HOST_DEVICES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "Metal_Mapped")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One allocation llama.cpp reported: on which device, for what, how big."""
+
+    device: str
+    kind: str  # model | KV | compute | output | RS
+    bytes: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return not self.device.startswith(_HOST_DEVICES)
+
+
+@contextlib.contextmanager
+def capture_buffers():
+    """Collect the buffer sizes llama.cpp logs while loading/creating on this thread."""
+    out: list[Buffer] = []
+    _capture.buffers = out
+    try:
+        yield out
+    finally:
+        _capture.buffers = None
 
 
 @llama_cpp.llama_log_callback
@@ -42,6 +71,11 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None: 
     msg = text.decode("utf-8", "replace").rstrip()
     if not msg:
         return
+    sink = getattr(_capture, "buffers", None)
+    if sink is not None:
+        m = _BUFFER_RE.search(msg)
+        if m and "does not match" not in msg:
+            sink.append(Buffer(m.group(1), m.group(2), int(float(m.group(3)) * 2**20)))
     if lvl >= logging.ERROR:
         _recent_errors.append(msg)
     if _llama_log.isEnabledFor(lvl):
@@ -97,6 +131,22 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 
 
+def repack_types() -> frozenset[str]:
+    """Quantizations this build repacks for the CPU (an extra copy in RAM).
+
+    Measured on x86 with AVX2/AVX-512: llama.cpp's CPU_REPACK buffer holds exactly the
+    Q4_0 and Q4_K matrices (and IQ4_NL) except token_embd; Q4_1, Q5_0, Q6_K and Q8_0
+    stay as they are."""
+    info = system_info()
+    if "REPACK = 1" not in info:
+        return frozenset()
+    if "AVX2 = 1" in info:
+        return frozenset({"Q4_0", "Q4_K", "IQ4_NL"})
+    if "NEON = 1" in info:
+        return frozenset({"Q4_0", "IQ4_NL"})
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class ModelShape:
     n_vocab: int
@@ -149,7 +199,9 @@ class Model:
             self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
             params.progress_callback = self._progress_cb
         _recent_errors.clear()
-        model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        with capture_buffers() as buffers:
+            model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        self.buffers: list[Buffer] = buffers
         if not model:
             if cancelled[0]:
                 from ..errors import Cancelled

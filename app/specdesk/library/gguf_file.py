@@ -35,7 +35,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Iterable, BinaryIO
 
 import gguf
 import numpy as np
@@ -1362,8 +1362,15 @@ def estimate_memory(
     n_gpu_layers: int = 0,
     cache_type_bytes: float = 2.0,
     n_batch: int = 512,
+    repack_types: Iterable[str] = (),
 ) -> dict:
     """Estimate the memory llama.cpp needs for this model, split into RAM and VRAM.
+
+    * Repacked weights: on CPUs where llama.cpp repacks some quantizations into an
+      interleaved layout for faster matrix products (``repack_types``, e.g. Q4_0 and
+      Q4_K with AVX2; see ``specdesk.engine.model.repack_types``), it keeps a second,
+      repacked copy of every such 2-D weight that stays on the CPU (token_embd is
+      not repacked). The mapped file stays resident too, so this is extra RAM.
 
     * Weights: the sum of the tensors' sizes. Like llama.cpp, the last ``n_gpu_layers``
       layers (``blk.i`` with ``i >= n_layer - n_gpu_layers``) go to the GPU; the output
@@ -1399,6 +1406,8 @@ def estimate_memory(
     output_on_gpu = ngl > n_layer
 
     w_ram = w_vram = 0
+    repack = 0
+    repackable = set(repack_types)
     embd_bytes = 0
     for t in g.tensors:
         layer = _layer_of(t.name)
@@ -1414,6 +1423,8 @@ def estimate_memory(
             w_vram += t.n_bytes
         else:
             w_ram += t.n_bytes
+            if t.type_name in repackable and len(t.shape) == 2 and not t.name.startswith("token_embd"):
+                repack += t.n_bytes
     if output_on_gpu and g.tensor("output.weight") is None:
         w_vram += embd_bytes  # tied embeddings: the output layer gets its own copy
 
@@ -1455,9 +1466,10 @@ def estimate_memory(
     compute = c_ram + c_vram
     return {
         "weights_bytes": int(weights),
+        "repack_bytes": int(repack),
         "kv_bytes": kv,
         "compute_bytes": int(compute),
-        "ram_bytes": int(w_ram + kv_ram + c_ram),
+        "ram_bytes": int(w_ram + repack + kv_ram + c_ram),
         "vram_bytes": int(w_vram + kv_vram + c_vram),
         "n_ctx": int(n_ctx),
         "n_gpu_layers": int(ngl),

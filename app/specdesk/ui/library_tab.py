@@ -219,9 +219,10 @@ class LibraryTab(QWidget):
         lines.append("<table cellpadding=3>" + "".join(f"<tr><td style='color:#868e96'>{k}</td><td>{v if v is not None else '–'}</td></tr>" for k, v in rows) + "</table>")
         if e.valid:
             try:
+                from ..engine.model import repack_types
                 from ..library.gguf_file import estimate_memory, validate_gguf
 
-                m = estimate_memory(validate_gguf(e.path), n_ctx=4096)
+                m = estimate_memory(validate_gguf(e.path), n_ctx=4096, repack_types=repack_types())
                 lines.append(
                     f"<p>Estimated memory at a 4096-token context: weights {fmt_bytes(m['weights_bytes'])}, "
                     f"KV cache {fmt_bytes(m['kv_bytes'])}, compute {fmt_bytes(m['compute_bytes'])}.</p>"

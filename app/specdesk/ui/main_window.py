@@ -586,14 +586,15 @@ class MainWindow(QMainWindow):
         dspec = s.model_spec(draft, "draft") if draft else None
 
         def preflight(task: Task):
+            from ..engine.model import repack_types
             from ..library.gguf_file import estimate_memory, validate_gguf
             from ..library.pairing import check_pair
 
             task.report("checking the model files…", 0.0)
-            est = estimate_memory(validate_gguf(tspec.path), n_ctx=tspec.n_ctx, n_gpu_layers=tspec.n_gpu_layers)
+            est = estimate_memory(validate_gguf(tspec.path), n_ctx=tspec.n_ctx, n_gpu_layers=tspec.n_gpu_layers, repack_types=repack_types())
             compat = None
             if dspec is not None:
-                de = estimate_memory(validate_gguf(dspec.path), n_ctx=dspec.n_ctx, n_gpu_layers=dspec.n_gpu_layers)
+                de = estimate_memory(validate_gguf(dspec.path), n_ctx=dspec.n_ctx, n_gpu_layers=dspec.n_gpu_layers, repack_types=repack_types())
                 for k in ("ram_bytes", "vram_bytes"):
                     est[k] = est[k] + de[k]
                 task.report("checking that the draft shares the target's vocabulary…", 0.5)

@@ -237,16 +237,25 @@ class StatsPanel(QFrame):
 
     def set_memory(self, rep: MemoryReport) -> None:
         t, d = rep.model("target"), rep.model("draft")
+        def line(m) -> str:
+            parts = [f"weights {fmt_bytes(m.weights_bytes)}"]
+            if m.repack_bytes:
+                parts.append(f"repacked {fmt_bytes(m.repack_bytes)}")
+            parts.append(f"KV {fmt_bytes(m.kv_bytes)} ({m.n_ctx} ctx)")
+            if m.compute_bytes:
+                parts.append(f"compute {fmt_bytes(m.compute_bytes)}")
+            text = " + ".join(parts)
+            if m.vram_bytes:
+                text += f"; {fmt_bytes(m.vram_bytes)} of it on the GPU"
+            return text
+
         if t:
-            self.mem_target.setText(
-                f"<b>target</b>: weights {fmt_bytes(t.weights_bytes)} + KV {fmt_bytes(t.kv_bytes)} ({t.n_ctx} ctx)"
-            )
+            self.mem_target.setText(f"<b>target</b>: {line(t)}")
+            self.mem_target.setToolTip("Buffers llama.cpp allocated. 'repacked': weights copied into a faster layout for this CPU.")
         else:
             self.mem_target.setText("target: not loaded")
         if d:
-            self.mem_draft.setText(
-                f"<b>draft</b>: weights {fmt_bytes(d.weights_bytes)} + KV {fmt_bytes(d.kv_bytes)} ({d.n_ctx} ctx)"
-            )
+            self.mem_draft.setText(f"<b>draft</b>: {line(d)}")
         else:
             self.mem_draft.setText("draft: none loaded")
         parts = []
