@@ -1,0 +1,24 @@
+"""The README's two commands are what users and CI run."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from readme_commands import command  # noqa: E402
+
+
+def test_readme_has_exactly_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert text.count("<!-- cmd:") == 2
+    run, test = command("run"), command("test")
+    assert "fetch-default" in run and run.rstrip().endswith("specdesk")
+    assert "pip install -e '.[test]'" in test and "fetch-default --test-model" in test and "pytest" in test
+
+
+def test_ci_runs_the_readme_test_command():
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "readme_commands.py"), "test"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == command("test")
+    assert "readme_commands.py test" in (ROOT / ".ci" / "run").read_text()
