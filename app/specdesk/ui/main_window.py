@@ -626,11 +626,25 @@ class MainWindow(QMainWindow):
         avail = psutil.virtual_memory().available
         msg = f"estimated memory: {fmt_bytes(need)} RAM" + (f", {fmt_bytes(est['vram_bytes'])} VRAM" if est["vram_bytes"] else "")
         self.model_info.setText(msg)
-        if confirm_memory and need > avail:
+        short = []
+        if need > avail:
+            short.append(f"about {fmt_bytes(need)} of RAM but {fmt_bytes(avail)} is free")
+        if est["vram_bytes"]:
+            from ..engine.memory import gpu_memory
+
+            gpus, status = gpu_memory()
+            free_vram = sum(g.total_bytes - g.used_bytes for g in gpus)
+            if not gpus:
+                short.append(f"{fmt_bytes(est['vram_bytes'])} of VRAM but the GPU reads '{status}'")
+            elif est["vram_bytes"] > free_vram:
+                short.append(f"about {fmt_bytes(est['vram_bytes'])} of VRAM but {fmt_bytes(free_vram)} is free")
+        if short:
+            self.model_info.setText(msg + " — more than is free")
+        if confirm_memory and short:
             ans = QMessageBox.warning(
                 self,
                 "Not enough free memory",
-                f"Loading these models needs about {fmt_bytes(need)} of RAM but {fmt_bytes(avail)} is free. Load anyway?",
+                f"Loading these models needs {' and '.join(short)}. Load anyway?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             )
             if ans != QMessageBox.StandardButton.Yes:
