@@ -1,0 +1,71 @@
+"""The auto draft length: decisions from measured costs and acceptance."""
+
+from specdesk.speculative.controller import AutoK, FixedK, StepCost, ngram_bucket
+from specdesk.speculative.costmodel import CostModel, PositionAcceptance
+
+
+def _auto(verify: dict, draft: dict | None = None) -> AutoK:
+    cm = CostModel()
+    for b, v in verify.items():
+        cm.observe_verify(b, v)
+    for k, v in (draft or {}).items():
+        cm.observe_draft(k, v)
+    return AutoK(costs=cm)
+
+
+def _accept(auto: AutoK, source: str, k: int, n: int, times: int, match: int | None = None) -> None:
+    for _ in range(times):
+        auto.observe(StepCost(source, match, k, n, 0.0, auto.costs.verify_cost(k + 1) or 0.0))
+
+
+def test_first_step_measures_target_alone():
+    assert AutoK().budget("draft", None, 8) == 0
+
+
+def test_explores_longer_batches_when_only_short_ones_were_measured():
+    # b=2 looked expensive; nothing longer was measured: the optimistic plan must
+    # still try a longer draft rather than extrapolate b=2's slope forever
+    auto = _auto({1: 0.10, 2: 0.19})
+    k = auto.budget("ngram", 10, 12)
+    assert k >= 3
+
+
+def test_uses_the_measured_concave_curve():
+    # a memory-bound machine: verifying 5 tokens costs 1.8 steps
+    auto = _auto({1: 0.10, 2: 0.144, 3: 0.167, 4: 0.14, 5: 0.18, 6: 0.215, 7: 0.254, 8: 0.313, 9: 0.346},
+                 {k: 0.044 * k for k in range(1, 9)})
+    _accept(auto, "draft", 8, 8, 60)  # the draft is always right
+    k = auto.budget("draft", None, 16)
+    assert 3 <= k <= 8
+    rates = auto.plan("draft", None, 16)[1]
+    assert rates[k] > rates[0] * 1.2
+
+
+def test_stops_drafting_when_even_a_perfect_draft_cannot_pay():
+    # a compute-bound CPU: verify b costs b steps, a draft token 0.6 of a step
+    auto = _auto({b: 0.1 * b for b in range(1, 10)}, {k: 0.06 * k for k in range(1, 9)})
+    _accept(auto, "draft", 4, 4, 5)
+    assert auto.budget("draft", None, 8) == 0
+    # and does not probe again: the optimistic plan agrees
+    assert auto.plan("draft", None, 8, z=auto.z)[0] == 0
+
+
+def test_ngram_drafts_long_only_where_matches_are_long():
+    auto = _auto({1: 0.10, 2: 0.15, 3: 0.17, 4: 0.19, 5: 0.21, 6: 0.23, 7: 0.25, 8: 0.27, 9: 0.29, 13: 0.37})
+    _accept(auto, "ngram", 6, 0, 40, match=1)  # one-token matches never hold
+    _accept(auto, "ngram", 8, 8, 40, match=20)  # long matches always do
+    assert auto.budget("ngram", 1, 12) == 0
+    assert auto.budget("ngram", 20, 12) >= 6
+    assert ngram_bucket(20) == 16 and ngram_bucket(1) == 1
+
+
+def test_acceptance_is_conditional_on_reaching_a_position():
+    acc = PositionAcceptance()
+    acc.record(4, 1)  # positions 1 and 2 reached, 1 accepted
+    acc.record(4, 4)
+    assert acc.reached == [2, 2, 1, 1] and acc.accepted == [2, 1, 1, 1]
+
+
+def test_fixed_k_respects_the_limit():
+    assert FixedK(4).budget("draft", None, 2) == 2
+    assert FixedK(4).budget("ngram", 3, 10) == 4
