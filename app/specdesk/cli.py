@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specdesk", description="Speculative decoding on local GGUF models. With no command, opens the app.")
     p.add_argument("--version", action="version", version=f"specdesk {__version__}")
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
+    p.add_argument("--self-test", nargs="?", const="", default=None, metavar="MODEL",
+                   help="start the app offscreen, load MODEL as target and draft (default: the SmolLM2 test model, "
+                        "else the default pair), generate 8 tokens and check what the window shows; exit 0 if all checks pass")
+    p.add_argument("--self-test-draft", type=Path, metavar="PATH", help="the draft model for --self-test (default: MODEL itself)")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     g = sub.add_parser("generate", help="generate from a prompt, with speculation")
@@ -162,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
+    if args.self_test is not None:
+        from .selftest import run_self_test
+
+        return run_self_test(Path(args.self_test) if args.self_test else None, args.self_test_draft)
     if args.command in (None, "gui"):
         from .launcher import launch_gui
 

