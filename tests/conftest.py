@@ -1,5 +1,46 @@
+"""Fixtures shared by every test directory.
+
+Real GGUF models: the README's test command fetches them first
+(`specdesk models fetch-default --test-model`); a missing file is an error, not a
+skip, so a broken fetch cannot turn the suite silently green.
+"""
+
 import sys
 from pathlib import Path
 
-# tests/fakes.py is shared by the unit, bench and UI tests.
+import pytest
+
+# tests/fakes.py and tests/hubserver.py are shared by the unit, integration and UI tests.
 sys.path.insert(0, str(Path(__file__).parent))
+
+from specdesk.library.defaults import default_models  # noqa: E402
+
+
+def _model(role: str) -> Path:
+    m = default_models([role])[0]
+    if not m.path.is_file():
+        pytest.fail(f"{m.path} is missing: run `specdesk models fetch-default --test-model` first")
+    return m.path
+
+
+@pytest.fixture(scope="session")
+def smol_path():
+    return _model("test")
+
+
+@pytest.fixture(scope="session")
+def qwen_target_path():
+    return _model("target")
+
+
+@pytest.fixture(scope="session")
+def qwen_draft_path():
+    return _model("draft")
+
+
+@pytest.fixture(scope="session")
+def smol_draft_path(smol_path, tmp_path_factory):
+    """A compatible but different draft: SmolLM2 requantized to Q4_0 by llama.cpp."""
+    from specdesk.engine.quantize import quantize
+
+    return quantize(smol_path, tmp_path_factory.mktemp("models") / "smol-q4_0.gguf", "Q4_0")

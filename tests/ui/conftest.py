@@ -15,7 +15,6 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QCoreApplication, QSettings, QStandardPaths  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from specdesk.library.defaults import default_models  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -54,27 +53,3 @@ def no_leaks(qapp, monkeypatch, tmp_path):
     assert not leaked_tasks, f"worker threads left running: {[t.name for t in leaked_tasks]}"
     assert not leaked_widgets, f"top-level widgets left open: {[type(w).__name__ for w in leaked_widgets]}"
     assert not leaked_threads, f"Python threads left running: {leaked_threads}"
-
-
-def _model(role):
-    m = default_models([role])[0]
-    if not m.path.is_file():
-        pytest.fail(f"{m.path} is missing: run `specdesk models fetch-default --test-model` first")
-    return m.path
-
-
-@pytest.fixture(scope="session")
-def smol_path():
-    return _model("test")
-
-
-@pytest.fixture(scope="session")
-def qwen_draft_path():
-    return _model("draft")
-
-
-@pytest.fixture(scope="session")
-def smol_draft_path(smol_path, tmp_path_factory):
-    from specdesk.engine.quantize import quantize
-
-    return quantize(smol_path, tmp_path_factory.mktemp("models") / "smol-q4_0.gguf", "Q4_0")

@@ -336,3 +336,17 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         )
         parts.append(memory_alternative)
     return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table, memory_alternative=memory_alternative)
+
+
+def advisor_section(cal: Calibration, result: dict) -> dict:
+    """The ``advisor`` part of a benchmark result: costs, predictions next to what was
+    measured, and the recommendation."""
+    adv = advise(cal, result)
+    return {
+        "costs": cal.costs.to_dict(),
+        "calibration": cal.to_dict(),
+        "predictions": validate(cal, result),
+        "recommendation": adv.text,
+        "memory_alternative": adv.memory_alternative,
+        "what_if": adv.table,
+    }

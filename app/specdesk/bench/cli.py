@@ -56,7 +56,7 @@ def _load_session(args, need_draft: bool):
 def cmd_bench(args) -> int:
     from tqdm import tqdm
 
-    from .advisor import advise, calibrate, validate
+    from .advisor import advisor_section, calibrate
     from .configs import parse_configs
     from .report import markdown, write_report
     from .runner import BenchOptions, SessionTarget, run_bench
@@ -96,15 +96,7 @@ def cmd_bench(args) -> int:
             )
             result = run_bench(SessionTarget(s), suites, configs, options, progress=progress)
         if cal is not None:
-            adv = advise(cal, result)
-            result["advisor"] = {
-                "costs": cal.costs.to_dict(),
-                "calibration": cal.to_dict(),
-                "predictions": validate(cal, result),
-                "recommendation": adv.text,
-                "memory_alternative": adv.memory_alternative,
-                "what_if": adv.table,
-            }
+            result["advisor"] = advisor_section(cal, result)
     paths = write_report(result, out)
     print(markdown(result))
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out}", file=sys.stderr)

@@ -49,7 +49,9 @@ def _type_name(t: int) -> str:
     return VOCAB_TYPE_NAMES.get(t, str(t))
 
 
-def check_compatible(target: VocabInfo, draft: VocabInfo) -> Compatibility:
+def check_header(target, draft) -> Compatibility | None:
+    """The rules that need no token text (type, special tokens, size), in llama.cpp's
+    order; None when they all pass. Works on anything with the VocabInfo scalars."""
     if target.vocab_type != draft.vocab_type:
         return Compatibility(
             False,
@@ -71,6 +73,13 @@ def check_compatible(target: VocabInfo, draft: VocabInfo) -> Compatibility:
             "vocab size",
             f"vocab sizes differ by {diff} (target {target.n_tokens}, draft {draft.n_tokens}; at most {MAX_SIZE_DIFFERENCE} allowed)",
         )
+    return None
+
+
+def check_compatible(target: VocabInfo, draft: VocabInfo) -> Compatibility:
+    bad = check_header(target, draft)
+    if bad is not None:
+        return bad
     n_common = min(target.n_tokens, draft.n_tokens)
     for i in range(CHECK_START_TOKEN_ID, n_common):
         a, b = target.text(i), draft.text(i)

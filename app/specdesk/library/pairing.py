@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..engine.model import Model
-from ..engine.vocab import CHECK_START_TOKEN_ID, MAX_SIZE_DIFFERENCE, VOCAB_TYPE_NAMES, Compatibility, check_compatible
+from ..engine.vocab import CHECK_START_TOKEN_ID, MAX_SIZE_DIFFERENCE, Compatibility, check_compatible, check_header
 from ..errors import Cancelled, SpecDeskError
 from ..paths import user_cache_dir
 from .gguf_file import validate_gguf
@@ -134,25 +134,9 @@ def fingerprint(path: str | Path, use_cache: bool = True) -> Fingerprint:
 def compare(target: Fingerprint, draft: Fingerprint) -> Compatibility | None:
     """llama.cpp's rules on fingerprints; None when only the texts' first difference
     is unknown (the pair is then incompatible: load both to name the token)."""
-    if target.vocab_type != draft.vocab_type:
-        tn = VOCAB_TYPE_NAMES.get(target.vocab_type, target.vocab_type)
-        dn = VOCAB_TYPE_NAMES.get(draft.vocab_type, draft.vocab_type)
-        return Compatibility(False, "vocab type", f"vocab types differ: target {tn}, draft {dn}")
-    for what, a, b in (
-        ("add-BOS", target.add_bos, draft.add_bos),
-        ("add-EOS", target.add_eos, draft.add_eos),
-        ("BOS token id", target.bos, draft.bos),
-        ("EOS token id", target.eos, draft.eos),
-    ):
-        if a != b:
-            return Compatibility(False, "special tokens", f"special tokens differ: {what} is {a} in the target, {b} in the draft")
-    diff = abs(target.n_tokens - draft.n_tokens)
-    if diff > MAX_SIZE_DIFFERENCE:
-        return Compatibility(
-            False,
-            "vocab size",
-            f"vocab sizes differ by {diff} (target {target.n_tokens}, draft {draft.n_tokens}; at most {MAX_SIZE_DIFFERENCE} allowed)",
-        )
+    bad = check_header(target, draft)
+    if bad is not None:
+        return bad
     common = min(target.n_tokens, draft.n_tokens)
     if target.hash_at(common) == draft.hash_at(common) and target.hash_at(common) is not None:
         return Compatibility(True, n_common=common)

@@ -277,7 +277,7 @@ class CompareTab(QWidget):
         total_runs = sum(len(s.prompts) for s in suites) * repeats * len(configs) + len(configs)
 
         def work(task: Task):
-            from ..bench.advisor import advise, calibrate, validate
+            from ..bench.advisor import advisor_section, calibrate
             from ..bench.runner import BenchOptions, SessionTarget, run_bench
 
             cal = None
@@ -298,15 +298,7 @@ class CompareTab(QWidget):
                 cancel=task.is_cancelled,
             )
             if cal is not None:
-                adv = advise(cal, res)
-                res["advisor"] = {
-                    "costs": cal.costs.to_dict(),
-                    "calibration": cal.to_dict(),
-                    "predictions": validate(cal, res),
-                    "recommendation": adv.text,
-                    "memory_alternative": adv.memory_alternative,
-                    "what_if": adv.table,
-                }
+                res["advisor"] = advisor_section(cal, res)
             return res
 
         task = Task(work, "comparison")
