@@ -69,3 +69,34 @@ def test_acceptance_is_conditional_on_reaching_a_position():
 def test_fixed_k_respects_the_limit():
     assert FixedK(4).budget("draft", None, 2) == 2
     assert FixedK(4).budget("ngram", 3, 10) == 4
+
+
+def test_a_draft_that_fell_behind_costs_its_catch_up():
+    """After a long n-gram streak the draft model must evaluate the tokens it missed
+    before it can draft; auto prices that instead of drafting blindly."""
+    auto = _auto({1: 0.10, 2: 0.11, 3: 0.12, 4: 0.13, 5: 0.14}, {k: 0.02 * k for k in range(1, 9)})
+    _accept(auto, "draft", 4, 4, 40)
+    assert auto.budget("draft", 1, 8) >= 3
+    # learn the catch-up cost: a 4-token draft that first caught up on 30 tokens took 0.6 s more
+    for _ in range(5):
+        auto.observe(StepCost("draft", None, 4, 4, 0.08 + 0.6, 0.14, draft_synced=32))
+    assert auto.catch_up.value > 0.015
+    assert auto.budget("draft", 200, 8) == 0  # 200 tokens behind: catching up costs more than it saves
+    assert auto.budget("draft", 2, 8) >= 3  # caught up: draft as before
+
+
+def test_draft_proposer_reports_how_far_behind_it_is():
+    import numpy as np
+
+    from fakes import FakeBackend, FakeModel
+    from specdesk.speculative.proposers import DraftModelProposer
+    from specdesk.speculative.sampling import SamplingParams
+
+    d = FakeBackend(FakeModel(seed=1))
+    prop = DraftModelProposer(d, d.n_vocab, p_min=0.0)
+    seen = []
+    prop.propose([1, 2, 3, 4, 5], lambda s, hint: seen.append(hint) or 2, SamplingParams(), np.random.default_rng(0))
+    assert seen == [5] and d.history[:5] == [1, 2, 3, 4, 5]
+    prop.propose([1, 2, 3, 4, 5, 6, 7, 8, 9], lambda s, hint: seen.append(hint) or 0, SamplingParams(), np.random.default_rng(0))
+    # it held 1..5 plus its own first drafted token: 4 new tokens to evaluate (from the 6th on), or 5 if its draft differed
+    assert seen[1] in (4, 5)

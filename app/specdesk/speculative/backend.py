@@ -25,6 +25,9 @@ class Backend(Protocol):
     # Cumulative seconds spent inside the native decode call plus copying logits out.
     native_seconds: float
 
+    # The tokens the context holds, in order (len(history) == n_past).
+    history: list[int]
+
     # How many tokens the last prefill evaluated (the rest were reused).
     last_prefill_evaluated: int
 

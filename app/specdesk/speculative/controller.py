@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .costmodel import CostModel, PositionAcceptance
+from .costmodel import CostModel, PositionAcceptance, RunningCost
 
 NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16, 32)
 
@@ -85,16 +85,24 @@ class AutoK:
     margin: float = 1.02  # a draft must beat target alone by this much to be used
     acceptance: dict[str, PositionAcceptance] = field(default_factory=dict)
     last_choice: dict[str, int] = field(default_factory=dict)
+    # Seconds per token the draft model spends catching up (beyond the one or two
+    # every draft call evaluates): what drafting costs after the draft fell behind.
+    catch_up: RunningCost = field(default_factory=RunningCost)
 
     def _kmax(self, source: str) -> int:
         return self.k_max_ngram if source == "ngram" else self.k_max
 
-    def plan(self, source: str, match_length: int | None, limit: int, z: float = 0.0) -> tuple[int, list[float | None]]:
-        key = source_key(source, match_length)
+    def plan(self, source: str, hint: int | None, limit: int, z: float = 0.0) -> tuple[int, list[float | None]]:
+        """Best k and the predicted rate of each k. ``hint``: the n-gram match length,
+        or how many tokens the draft model must catch up on first."""
+        key = source_key(source, hint)
         acc = self.acceptance.setdefault(key, PositionAcceptance())
         kmax = max(0, min(self._kmax(source), limit))
         alphas = acc.alphas(kmax, z=z)
-        rates = self.costs.rates(alphas, draft_costs=(source == "draft"), optimistic=z > 0)
+        extra = 0.0
+        if source == "draft" and hint and self.catch_up.n:
+            extra = self.catch_up.value * max(0, hint - 2)
+        rates = self.costs.rates(alphas, draft_costs=(source == "draft"), optimistic=z > 0, extra=extra)
         if rates[0] is None:
             return 0, rates
         best_k, best = 0, rates[0] * self.margin
@@ -121,8 +129,12 @@ class AutoK:
 
     def observe(self, cost: StepCost) -> None:
         self.costs.observe_verify(cost.drafted + 1, cost.verify_seconds)
-        if cost.source == "draft" and cost.drafted > 0 and cost.draft_synced <= 2:
-            self.costs.observe_draft(cost.drafted, cost.draft_seconds)
+        if cost.source == "draft" and cost.drafted > 0:
+            if cost.draft_synced <= 2:
+                self.costs.observe_draft(cost.drafted, cost.draft_seconds)
+            elif self.costs.draft_measured(cost.drafted):
+                over = cost.draft_seconds - self.costs.draft_cost(cost.drafted)
+                self.catch_up.add(max(0.0, over) / (cost.draft_synced - 2))
         if cost.drafted > 0:
             key = source_key(cost.source, cost.match_length)
             self.acceptance.setdefault(key, PositionAcceptance()).record(cost.drafted, cost.accepted)

@@ -94,6 +94,9 @@ class CostModel:
     def verify_measured(self, batch: int) -> bool:
         return batch in self.verify
 
+    def draft_measured(self, k: int) -> bool:
+        return k in self.draft
+
     def verify_cost(self, batch: int, optimistic: bool = False) -> float | None:
         """Seconds for a verify batch: measured, interpolated between measurements, or
         extrapolated past the largest one (with the measured slope, or with the low
@@ -149,8 +152,11 @@ class CostModel:
             return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (k - k1)
         return v1 * k / k1
 
-    def rates(self, alphas: Sequence[float], draft_costs: bool = True, optimistic: bool = False) -> list[float | None]:
-        """Predicted tokens/s for k = 0..len(alphas), None where no step cost is known."""
+    def rates(
+        self, alphas: Sequence[float], draft_costs: bool = True, optimistic: bool = False, extra: float = 0.0
+    ) -> list[float | None]:
+        """Predicted tokens/s for k = 0..len(alphas), None where no step cost is known;
+        ``extra`` seconds are added to every k > 0 (a draft's catch-up)."""
         es = expected_tokens(alphas)
         out: list[float | None] = []
         for k, e in enumerate(es):
@@ -159,7 +165,7 @@ class CostModel:
                 out.append(None)
                 continue
             d = self.draft_cost(k, optimistic) if draft_costs else 0.0
-            out.append(e / (v + d))
+            out.append(e / (v + d + (extra if k else 0.0)))
         return out
 
     # -- persistence (the advisor caches its calibration) -------------------------

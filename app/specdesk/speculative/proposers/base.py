@@ -9,7 +9,10 @@ import numpy as np
 
 from ..sampling import SamplingParams
 
-# budget(source, match_length) -> how many tokens the controller wants drafted.
+# budget(source, hint) -> how many tokens the controller wants drafted. The hint is
+# what the controller needs to price the draft: for "ngram" the match length (long
+# matches predict better), for "draft" how many tokens the draft model must catch up
+# on before it can draft (after n-gram steps or target-alone steps it falls behind).
 Budget = Callable[[str, "int | None"], int]
 
 

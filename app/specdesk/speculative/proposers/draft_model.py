@@ -36,8 +36,17 @@ class DraftModelProposer:
     def native_seconds(self) -> float:
         return self.ctx.native_seconds
 
+    def catch_up(self, seq: Sequence[int]) -> int:
+        """How many tokens the draft context must evaluate before drafting after seq."""
+        hist = self.ctx.history
+        n = min(len(hist), len(seq))
+        i = 0
+        while i < n and hist[i] == seq[i]:
+            i += 1
+        return len(seq) - min(i, len(seq) - 1)
+
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        k = budget("draft", None)
+        k = budget("draft", self.catch_up(seq))
         # The draft evaluates seq plus k - 1 drafted tokens.
         k = min(k, self.ctx.n_ctx - len(seq) + 1)
         if k <= 0:
