@@ -60,10 +60,28 @@ def test_ngram_drafts_long_only_where_matches_are_long():
 
 
 def test_acceptance_is_conditional_on_reaching_a_position():
-    acc = PositionAcceptance()
+    acc = PositionAcceptance(decay=1.0)
     acc.record(4, 1)  # positions 1 and 2 reached, 1 accepted
     acc.record(4, 4)
     assert acc.reached == [2, 2, 1, 1] and acc.accepted == [2, 1, 1, 1]
+
+
+def test_acceptance_follows_a_change_of_text():
+    """Counts decay: after code (always accepted) comes prose (never), and within a
+    few dozen steps the estimate is low enough for auto to stop drafting."""
+    acc = PositionAcceptance()
+    for _ in range(300):
+        acc.record(4, 4)
+    assert acc.alphas(1)[0] > 0.95
+    for _ in range(40):
+        acc.record(4, 0)
+    assert acc.alphas(1)[0] < 0.35
+    frozen = PositionAcceptance(decay=1.0)
+    for _ in range(300):
+        frozen.record(4, 4)
+    for _ in range(40):
+        frozen.record(4, 0)
+    assert frozen.alphas(1)[0] > 0.85  # without decay the past would dominate
 
 
 def test_fixed_k_respects_the_limit():

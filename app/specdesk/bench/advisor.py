@@ -162,7 +162,7 @@ def calibrate(
 
         step("measuring the draft's acceptance", 0.75)
         session.reset()
-        acceptance = PositionAcceptance()
+        acceptance = PositionAcceptance(decay=1.0)  # a fixed measurement, not a moving one
         steps = speculate(
             tctx,
             DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0),

@@ -188,16 +188,24 @@ class CostModel:
 
 @dataclass
 class PositionAcceptance:
-    """Acceptance per draft position, conditional on the position being reached."""
+    """Acceptance per draft position, conditional on the position being reached.
 
-    reached: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
+    Counts decay (``decay`` per recorded step), so the estimate follows the text
+    being written: a draft that was right about code may be wrong about a poem.
+    """
+
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+    decay: float = 0.97
 
     def record(self, n_drafted: int, n_accepted: int) -> None:
         n_reached = min(n_accepted + 1, n_drafted)
         while len(self.reached) < n_drafted:
-            self.reached.append(0)
-            self.accepted.append(0)
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        if self.decay < 1.0:
+            self.reached = [x * self.decay for x in self.reached]
+            self.accepted = [x * self.decay for x in self.accepted]
         for i in range(n_reached):
             self.reached[i] += 1
         for i in range(n_accepted):

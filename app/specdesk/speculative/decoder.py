@@ -97,18 +97,23 @@ def speculate(
     stats = Stats(prompt_tokens=len(prompt))
     detok = _Detok(target)
 
+    def budget_for(limit: int):
+        return lambda source, hint: max(0, min(controller.budget(source, hint, limit), limit))
+
+    # The prompt phase: the target evaluates the prompt but its last token, and a
+    # draft model evaluates it too, so that decode time holds only decoding.
     t0 = _now()
     target.prefill(prompt[:-1], logits=False)
-    stats.prompt_seconds = _now() - t0
     stats.prompt_evaluated = target.last_prefill_evaluated + 1  # the pending token is evaluated in step 1
+    prepare = getattr(proposer, "prepare", None)
+    if prepare is not None:
+        prepare(prompt, budget_for(min(max_tokens - 1, target.n_ctx - len(prompt))))
+    stats.prompt_seconds = _now() - t0
 
     seq = list(prompt)
     native0 = target.native_seconds + getattr(proposer, "native_seconds", 0.0)
     loop_start = _now()
     index = 0
-
-    def budget_for(limit: int):
-        return lambda source, match_length: max(0, min(controller.budget(source, match_length, limit), limit))
 
     while True:
         if cancel is not None and cancel():

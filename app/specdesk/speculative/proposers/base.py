@@ -54,3 +54,6 @@ class Proposer(Protocol):
     ) -> Draft: ...
 
     def reset(self) -> None: ...
+
+    # Optional: ``prepare(prompt, budget)`` evaluates the prompt on a draft model during
+    # the prompt phase, so that decode tokens/s compares like with like.

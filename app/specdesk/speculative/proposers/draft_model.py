@@ -36,6 +36,12 @@ class DraftModelProposer:
     def native_seconds(self) -> float:
         return self.ctx.native_seconds
 
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> None:
+        """Evaluate the prompt on the draft during the prompt phase (as the target
+        does), unless the controller would not draft at all: then it stays lazy."""
+        if len(prompt) > 1 and budget("draft", 1) > 0:
+            self.ctx.prefill(list(prompt[:-1]), logits=False)
+
     def catch_up(self, seq: Sequence[int]) -> int:
         """How many tokens the draft context must evaluate before drafting after seq."""
         hist = self.ctx.history

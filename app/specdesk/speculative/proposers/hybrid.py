@@ -24,6 +24,9 @@ class HybridProposer:
     def native_seconds(self) -> float:
         return self.draft.native_seconds
 
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> None:
+        self.draft.prepare(prompt, budget)
+
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         d = self.ngram.propose(seq, budget, params, rng)
         if len(d):
