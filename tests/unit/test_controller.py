@@ -118,3 +118,15 @@ def test_draft_proposer_reports_how_far_behind_it_is():
     prop.propose([1, 2, 3, 4, 5, 6, 7, 8, 9], lambda s, hint: seen.append(hint) or 0, SamplingParams(), np.random.default_rng(0))
     # it held 1..5 plus its own first drafted token: 4 new tokens to evaluate (from the 6th on), or 5 if its draft differed
     assert seen[1] in (4, 5)
+
+
+def test_probes_back_off_when_they_do_not_pay():
+    """Acceptance around break-even: the estimate says no, the optimistic bound says
+    maybe. auto probes, and waits twice as long after every probe that changes
+    nothing."""
+    auto = _auto({b: 0.1 + 0.045 * (b - 1) for b in range(1, 10)}, {k: 0.03 * k for k in range(1, 9)})
+    for i in range(60):  # two thirds accepted: k = 1 needs three quarters to pay here
+        auto.observe(StepCost("draft", None, 1, 1 if i % 3 else 0, 0.03, 0.145))
+    assert auto.plan("draft", 1, 8)[0] == 0 and auto.plan("draft", 1, 8, z=auto.z)[0] > 0
+    probes = [step for step in range(300) if auto.budget("draft", 1, 8)]
+    assert probes == [0, 8, 24, 56, 120, 248]

@@ -7,10 +7,12 @@ match length, since a long match predicts far better than a short one). For each
 step it picks the k with the best predicted tokens/s, k = 0 (target alone)
 included.
 
-Exploration: a draft length is tried only while an optimistic acceptance (an upper
-confidence bound) still predicts a gain over target alone. When even that cannot
-pay, as with a draft model on a 2-core CPU where verifying b tokens costs about b
-steps, auto stops drafting for good instead of paying for probes.
+Exploration: when drafting does not pay by the estimates, a draft length is still
+tried now and then while an optimistic acceptance (an upper confidence bound) and
+the low prior cost of never-measured batch sizes predict a gain; the interval
+between such probes doubles each time (8, 16, … 128 steps). When even the
+optimistic estimate cannot pay, as with a draft model on a CPU where verifying b
+tokens costs about b steps, auto stops probing altogether.
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ class AutoK:
     margin: float = 1.02  # a draft must beat target alone by this much to be used
     acceptance: dict[str, PositionAcceptance] = field(default_factory=dict)
     last_choice: dict[str, int] = field(default_factory=dict)
+    first_probe_gap: int = 8
+    max_probe_gap: int = 128
+    _probe_gap: dict[str, int] = field(default_factory=dict)
+    _since_probe: dict[str, int] = field(default_factory=dict)
     # Seconds per token the draft model spends catching up (beyond the one or two
     # every draft call evaluates): what drafting costs after the draft fell behind.
     catch_up: RunningCost = field(default_factory=RunningCost)
@@ -118,13 +124,25 @@ class AutoK:
         if self.costs.step_cost is None:
             # The first step of a session measures a plain target step.
             return 0
+        key = source_key(source, match_length)
         k, _ = self.plan(source, match_length, limit)
-        if k == 0:
-            # Would an optimistic acceptance pay? Then try it (this is how the cost of
-            # unmeasured batch sizes and the acceptance get learnt); otherwise don't.
-            k_opt, _ = self.plan(source, match_length, limit, z=self.z)
-            k = k_opt
-        self.last_choice[source_key(source, match_length)] = k
+        if k > 0:
+            self._probe_gap[key] = self.first_probe_gap
+        else:
+            # Would an optimistic acceptance (and the low prior slope for batch sizes
+            # never measured) pay? Then try it now and then: this is how unmeasured
+            # costs and a change of text get noticed. Each probe that does not turn the
+            # decision doubles the wait before the next, so a machine where drafting
+            # cannot pay soon stops paying for probes.
+            since = self._since_probe.get(key, 1 << 30) + 1
+            self._since_probe[key] = since
+            if since >= self._probe_gap.get(key, 0):
+                k_opt, _ = self.plan(source, match_length, limit, z=self.z)
+                if k_opt > 0:
+                    k = k_opt
+                    self._since_probe[key] = 0
+                    self._probe_gap[key] = min(self.max_probe_gap, max(self.first_probe_gap, 2 * self._probe_gap.get(key, 0)))
+        self.last_choice[key] = k
         return k
 
     def observe(self, cost: StepCost) -> None:
