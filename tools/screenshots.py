@@ -4,7 +4,8 @@
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python tools/screenshots.py [OUT_DIR]
 
 Shots: the empty state, a chat mid-answer on the default pair (provenance colours
-and the side panel), the settings dialog, and the Compare tab when present.
+and the side panel), the settings dialog, the Library tab and the Compare tab after
+a small comparison.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ def chat() -> None:
             print("load failed:", w.error_banner.text(), flush=True)
             app.exit(1)
             return
-        w.set_reference(session.target.spec.path, 27.0) if False else None
         w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=4, p_min=0.0, max_tokens=160))
         w.send(PROMPT)
         w._gen_task.step.connect(on_step)
@@ -83,10 +83,29 @@ def chat() -> None:
         QTimer.singleShot(300, lambda: (shot(dlg, "settings.png"), dlg.close(), finish()))
 
     def finish() -> None:
-        if w.tabs.count() > 1:
-            w.tabs.setCurrentIndex(1)
-            app.processEvents()
-            shot(w, "compare-tab.png")
+        # the Library tab, with the default target selected
+        w.tabs.setCurrentWidget(w.library)
+        if w.library.entries:
+            w.library.select_path(w.target_path)
+        app.processEvents()
+        shot(w, "library.png")
+        # the Compare tab, after a small comparison
+        tab = w.compare
+        w.tabs.setCurrentWidget(tab)
+        for name, box in tab.config_boxes.items():
+            box.setChecked(name in ("draft:k=2", "draft:k=4", "draft:auto", "ngram"))
+        tab.repeats.setValue(1)
+        tab.max_tokens.setValue(48)
+        tab.use_advisor.setChecked(True)
+        tab.prompt.setPlainText(
+            "Rename the variable `tmp` to `total` and reply with the complete code only:\n\n"
+            "def add_all(xs):\n    tmp = 0\n    for x in xs:\n        tmp += x\n    return tmp\n"
+        )
+        tab.finished.connect(lambda _r: QTimer.singleShot(300, compared))
+        tab.start()
+
+    def compared() -> None:
+        shot(w, "compare-tab.png")
         w.close()
         app.quit()
 

@@ -458,6 +458,8 @@ class MainWindow(QMainWindow):
         self.empty_state.set_models(models)
 
     def _library_scanned(self, entries) -> None:
+        if self._closing:
+            return  # a scan that finished while the window closed
         self._refresh_model_lists()
         target = self._combo_path(self.target_combo) or self.target_path
         if target is not None:
@@ -465,6 +467,8 @@ class MainWindow(QMainWindow):
 
     def check_drafts(self, target: Path) -> None:
         """Pair every library model with the target, off the UI thread."""
+        if self._closing:
+            return
         cands = [(Path(p), self._model_name(Path(p))) for p in self.known_models()]
 
         def work(task: Task):
