@@ -204,6 +204,12 @@ def test_draft_length_histogram_and_run_prediction():
     assert predict_run(cal, stats, "draft") == pytest.approx(25 / 31)
     # the same steps without draft cost (n-gram): 3 + 4 + 9 + 8 = 24
     assert predict_run(cal, stats, "ngram") == pytest.approx(25 / 24)
+    # hybrid: only the steps the draft model drafted pay for drafting. Here the
+    # model drafted one step of 1 token and one of 3; lookups made the rest.
+    hybrid = dict(stats, model_draft_lengths=[1, 0, 1])
+    assert predict_run(cal, hybrid, "hybrid") == pytest.approx(25 / (24 + 0.5 + 1.5))
+    # a report without the counter charges every draft, as a draft model's
+    assert predict_run(cal, stats, "hybrid") == pytest.approx(25 / 31)
 
 
 def _acceptance(rate, n=200, k=8):

@@ -173,6 +173,11 @@ def test_hybrid_uses_both_sources():
     t, d = pair(noise=1.0)
     steps = run(t, HybridProposer(DraftModelProposer(d, t.n_vocab, p_min=0.0)), FixedK(3), max_tokens=80)
     assert {s.source for s in steps if s.drafted} == {"ngram", "draft"}
+    # the stats count the draft model's own drafts by length, lookups apart
+    model = [s.drafted for s in steps if s.drafted and s.source == "draft"]
+    lengths = steps[-1].stats.model_draft_lengths
+    assert sum(lengths) == len(model)
+    assert sum(k * n for k, n in enumerate(lengths, start=1)) == sum(model)
 
 
 def test_vocab_size_difference_uses_common_range():

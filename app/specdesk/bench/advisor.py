@@ -221,8 +221,14 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     for k, n in hist.items():
         if n <= 0:
             continue
-        d = cal.draft_ratio(k) if proposer in ("draft", "hybrid") and k > 0 else 0.0
+        d = cal.draft_ratio(k) if proposer == "draft" and k > 0 else 0.0
         total += n * (cal.verify_ratio(k + 1) + d)
+    if proposer == "hybrid":
+        # only the steps the draft model drafted cost draft time; lookups are free
+        model = stats.get("model_draft_lengths")
+        if model is None:  # a report from before the counter: charge every draft
+            model = [hist.get(k, 0) for k in range(1, max(hist) + 1)]
+        total += sum(n * cal.draft_ratio(k) for k, n in enumerate(model, start=1) if n > 0)
     if total <= 0:
         return None
     return stats["generated"] / total

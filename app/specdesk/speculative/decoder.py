@@ -186,7 +186,7 @@ def speculate(
                 break
         seq.extend(t.token for t in infos)
 
-        stats.record_step(len(draft_tokens), n, len(infos))
+        stats.record_step(len(draft_tokens), n, len(infos), draft.source)
         stats.draft_seconds += td - ts
         stats.verify_seconds += tv - td
         controller.observe(

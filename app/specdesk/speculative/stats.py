@@ -21,6 +21,10 @@ class Stats:
     steps: int = 0
     # Steps that carried at least one draft token.
     draft_steps: int = 0
+    # Steps whose draft came from the draft model (not a lookup), by length:
+    # index k-1 counts the steps where the model drafted k tokens. With hybrid
+    # drafting only these cost draft-model time.
+    model_draft_lengths: list[int] = field(default_factory=list)
     generated: int = 0
     # Prompt: its length, and how many of its tokens the target actually evaluated
     # (fewer when the prefix was reused from the previous turn).
@@ -36,12 +40,15 @@ class Stats:
 
     # -- recording ---------------------------------------------------------------
 
-    def record_step(self, n_drafted: int, n_accepted: int, n_emitted: int) -> None:
+    def record_step(self, n_drafted: int, n_accepted: int, n_emitted: int, source: str = "") -> None:
         if not 0 <= n_accepted <= n_drafted:
             raise ValueError(f"accepted {n_accepted} of {n_drafted} drafted")
         self.steps += 1
         if n_drafted:
             self.draft_steps += 1
+            if source == "draft":
+                _grow(self.model_draft_lengths, n_drafted)
+                self.model_draft_lengths[n_drafted - 1] += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
         _grow(self.drafted_per_position, n_drafted)
@@ -89,6 +96,7 @@ class Stats:
             self,
             drafted_per_position=list(self.drafted_per_position),
             accepted_per_position=list(self.accepted_per_position),
+            model_draft_lengths=list(self.model_draft_lengths),
         )
 
     def to_dict(self) -> dict:
