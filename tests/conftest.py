@@ -5,10 +5,16 @@ Real GGUF models: the README's test command fetches them first
 skip, so a broken fetch cannot turn the suite silently green.
 """
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The user's cache (pairing fingerprints, auto's saved costs) stays out of the tests,
+# and one test's saved costs cannot steer another's decisions run to run.
+os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-test-cache-"))
 
 # tests/fakes.py and tests/hubserver.py are shared by the unit, integration and UI tests.
 sys.path.insert(0, str(Path(__file__).parent))

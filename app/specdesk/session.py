@@ -145,8 +145,36 @@ class Session:
         self.draft = draft
         self.compat = compat
         # One auto controller per session: its measured costs and acceptance carry over
-        # from one generation to the next.
+        # from one generation to the next, and its costs to the next session on this
+        # pair (see costmemory).
         self.auto = AutoK()
+        self._costs_key: str | None = None
+        self._costs_file: Path | None = None
+
+    def remember_costs(self, path: Path | None = None) -> None:
+        """Seed ``auto`` with the costs measured last time on this pair and setup, and
+        save what it measures when the session closes."""
+        from . import costmemory
+
+        t, d = self.target.spec, self.draft.spec if self.draft is not None else None
+        try:
+            self._costs_key = costmemory.pair_key(
+                t.path, t.threads, t.n_gpu_layers, d.path if d else None, d.threads if d else None, d.n_gpu_layers if d else 0
+            )
+        except OSError:
+            return
+        self._costs_file = path
+        state = costmemory.load(self._costs_key, path)
+        if state:
+            self.auto.restore_costs(state)
+            log.info("auto starts from the costs measured last time on this pair")
+
+    def save_costs(self) -> None:
+        if self._costs_key is None or self.auto.costs.step_cost is None:
+            return
+        from . import costmemory
+
+        costmemory.save(self._costs_key, self.auto.saved_costs(), self._costs_file)
 
     # -- loading ----------------------------------------------------------------
 
@@ -156,7 +184,11 @@ class Session:
         target: ModelSpec,
         draft: ModelSpec | None = None,
         progress: LoadProgress | None = None,
+        remember_costs: bool = True,
     ) -> "Session":
+        """Load the target (and the draft, checked for compatibility). With
+        ``remember_costs``, ``auto`` starts from the costs measured on this pair
+        last time and saves its own when the session closes."""
         check_model_file(target.path)
         if draft is not None:
             check_model_file(draft.path)
@@ -177,9 +209,14 @@ class Session:
         except BaseException:
             t.close()
             raise
-        return cls(t, d, compat)
+        session = cls(t, d, compat)
+        if remember_costs:
+            session.remember_costs()
+        return session
 
     def close(self) -> None:
+        self.save_costs()
+        self._costs_key = None
         if self.draft is not None:
             self.draft.close()
             self.draft = None

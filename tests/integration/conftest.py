@@ -9,7 +9,8 @@ import pytest
 def smol_session(smol_path, smol_draft_path):
     from specdesk.session import ModelSpec, Session
 
-    s = Session.load(ModelSpec(smol_path, n_ctx=1024, threads=2), ModelSpec(smol_draft_path, n_ctx=1024, threads=2))
+    s = Session.load(ModelSpec(smol_path, n_ctx=1024, threads=2), ModelSpec(smol_draft_path, n_ctx=1024, threads=2),
+                     remember_costs=False)
     yield s
     s.close()
 

@@ -102,3 +102,23 @@ def test_default_pair_greedy_is_identical_or_a_near_tie(qwen_session, prompt):
     if div is not None:
         assert div.verdict == "near-tie", div
         assert div.reproduced and div.margin < 0.5
+
+
+def test_auto_starts_a_new_session_with_the_costs_measured_last_time(smol_path, smol_draft_path, tmp_path, monkeypatch):
+    """A second process on the same pair does not spend its first steps re-measuring."""
+    from specdesk.session import GenerationConfig, ModelSpec, Session
+
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
+    specs = (ModelSpec(smol_path, n_ctx=512, threads=2), ModelSpec(smol_draft_path, n_ctx=512, threads=2))
+    with Session.load(*specs) as s:
+        assert s.auto.costs.step_cost is None  # nothing measured on this pair yet
+        prompt = s.chat_prompt([{"role": "user", "content": "Count from one to ten."}])
+        s.run(prompt, GenerationConfig(proposer="draft", k="auto", max_tokens=24))
+        measured = s.auto.costs.to_dict()
+    assert (tmp_path / "cache" / "auto-costs.json").is_file()
+    with Session.load(*specs) as s2:
+        assert s2.auto.costs.step_cost is not None
+        assert s2.auto.costs.to_dict()["verify"] == measured["verify"]
+    # another setup of the same files starts fresh
+    with Session.load(ModelSpec(smol_path, n_ctx=512, threads=1), specs[1]) as s3:
+        assert s3.auto.costs.step_cost is None

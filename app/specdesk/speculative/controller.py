@@ -157,5 +157,28 @@ class AutoK:
             key = source_key(cost.source, cost.match_length)
             self.acceptance.setdefault(key, PositionAcceptance()).record(cost.drafted, cost.accepted)
 
+    # -- what carries over to the next session on the same pair ----------------
+
+    def saved_costs(self) -> dict:
+        """The measured costs (not the acceptance, which follows the text)."""
+        d = self.costs.to_dict()
+        if self.catch_up.n:
+            d["catch_up"] = [self.catch_up.value, self.catch_up.n]
+        return d
+
+    def restore_costs(self, state: dict, weight: int = 4) -> None:
+        """Start from costs saved by :meth:`saved_costs`, each counted as at most
+        ``weight`` measurements, so fresh measurements soon outweigh them."""
+        self.costs = CostModel.from_dict(state, weight=weight)
+        cu = state.get("catch_up")
+        if isinstance(cu, (list, tuple)) and len(cu) == 2:
+            try:
+                value, n = float(cu[0]), int(cu[1])
+            except (TypeError, ValueError):
+                return
+            if value >= 0 and n > 0:
+                self.catch_up = RunningCost()
+                self.catch_up.value, self.catch_up.n = value, min(n, weight)
+
     def describe(self) -> str:
         return "auto"

@@ -168,21 +168,37 @@ class CostModel:
             out.append(e / (v + d + (extra if k else 0.0)))
         return out
 
-    # -- persistence (the advisor caches its calibration) -------------------------
+    # -- persistence: what was measured survives the process ---------------------
 
     def to_dict(self) -> dict:
+        """Seconds per verify batch and per draft call, and how many measurements each rests on."""
         return {
             "verify": {str(b): rc.value for b, rc in sorted(self.verify.items())},
             "draft": {str(k): rc.value for k, rc in sorted(self.draft.items())},
+            "counts": {
+                "verify": {str(b): rc.n for b, rc in sorted(self.verify.items())},
+                "draft": {str(k): rc.n for k, rc in sorted(self.draft.items())},
+            },
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CostModel":
+    def from_dict(cls, d: dict, weight: int | None = None) -> "CostModel":
+        """Costs saved by :meth:`to_dict`. With ``weight``, each cost counts as at most
+        that many measurements, so this run's own measurements soon outweigh it."""
         cm = cls()
-        for b, v in d.get("verify", {}).items():
-            cm.set_verify(int(b), float(v))
-        for k, v in d.get("draft", {}).items():
-            cm.set_draft(int(k), float(v))
+        counts = d.get("counts") or {}
+        for name, target in (("verify", cm.verify), ("draft", cm.draft)):
+            ns = counts.get(name) or {}
+            for key, v in (d.get(name) or {}).items():
+                try:
+                    value, n, size = float(v), int(ns.get(key, 1)), int(key)
+                except (TypeError, ValueError):
+                    continue
+                if not (math.isfinite(value) and value > 0 and size > 0 and n > 0):
+                    continue  # a damaged entry is simply not used
+                rc = RunningCost()
+                rc.value, rc.n = value, min(n, weight) if weight else n
+                target[size] = rc
         return cm
 
 
