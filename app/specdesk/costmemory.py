@@ -15,12 +15,10 @@ is ignored (with a log line), never an error.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
+from .jsonfile import read_object, write_atomic
 from .paths import user_cache_dir
 
 log = logging.getLogger(__name__)
@@ -49,14 +47,8 @@ def pair_key(target: Path, target_threads: int | None, target_gpu_layers: int,
 
 
 def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        log.info("ignoring the saved auto costs in %s: %s", path, e)
-        return {}
-    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("pairs"), dict):
+    data = read_object(path, "saved auto costs")
+    if data.get("version") != VERSION or not isinstance(data.get("pairs"), dict):
         return {}
     return data["pairs"]
 
@@ -76,14 +68,6 @@ def save(key: str, state: dict, path: Path | None = None) -> None:
         if len(pairs) > MAX_ENTRIES:
             keep = sorted(pairs, key=lambda k: pairs[k].get("seq", 0) if isinstance(pairs[k], dict) else 0)[-MAX_ENTRIES:]
             pairs = {k: pairs[k] for k in keep}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".auto-costs-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": VERSION, "pairs": pairs}, f)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, {"version": VERSION, "pairs": pairs})
     except OSError as e:  # a read-only cache must not break generation
         log.info("could not save the auto costs to %s: %s", path, e)

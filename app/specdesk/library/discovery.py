@@ -44,7 +44,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from typing import Callable, Iterator
 
 from .. import __version__
 from ..errors import Cancelled, ModelFileError, SpecDeskError
+from ..jsonfile import read_object, write_atomic
 from ..paths import models_dir, user_cache_dir, user_data_dir
 from .gguf_file import inspect_gguf, validate_gguf
 
@@ -156,33 +156,7 @@ def settings_path() -> Path:
 
 
 def _read_settings() -> dict:
-    p = settings_path()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        log.warning("ignoring unreadable library settings %s: %s", p, e)
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _atomic_write_json(path: Path, data: object) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder + os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    return read_object(settings_path(), "library settings")
 
 
 def user_folders() -> list[Path]:
@@ -209,7 +183,7 @@ def add_folder(p: Path | str) -> None:
             return
         data["format"] = _SETTINGS_FORMAT
         data["folders"] = current + [str(folder)]
-        _atomic_write_json(settings_path(), data)
+        write_atomic(settings_path(), data, indent=1)
 
 
 def remove_folder(p: Path | str) -> None:
@@ -222,7 +196,7 @@ def remove_folder(p: Path | str) -> None:
             raise SpecDeskError(f"{folder} is not one of the library's folders")
         data["format"] = _SETTINGS_FORMAT
         data["folders"] = [x for x in current if x != str(folder)]
-        _atomic_write_json(settings_path(), data)
+        write_atomic(settings_path(), data, indent=1)
 
 
 # --------------------------------------------------------------------------------------
@@ -286,7 +260,7 @@ class _InfoCache:
         if not self.dirty:
             return
         try:
-            _atomic_write_json(cache_path(), {"format": _CACHE_FORMAT, "specdesk": __version__, "files": self.files})
+            write_atomic(cache_path(), {"format": _CACHE_FORMAT, "specdesk": __version__, "files": self.files})
         except OSError as e:
             log.warning("could not write the library cache %s: %s", cache_path(), e)
         self.dirty = False

@@ -16,10 +16,7 @@ two vocabularies loaded again.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from typing import Callable, Iterable
 from ..engine.model import Model
 from ..engine.vocab import CHECK_START_TOKEN_ID, MAX_SIZE_DIFFERENCE, Compatibility, check_compatible, check_header
 from ..errors import Cancelled, SpecDeskError
+from ..jsonfile import read_object, write_atomic
 from ..paths import user_cache_dir
 from .gguf_file import validate_gguf
 
@@ -85,20 +83,13 @@ def _cache_file() -> Path:
 
 
 def _read_cache() -> dict:
-    try:
-        return json.loads(_cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    return read_object(_cache_file(), "vocabulary cache")
 
 
 def _write_cache(data: dict) -> None:
     f = _cache_file()
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".vocab-")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out)
-        os.replace(tmp, f)
+        write_atomic(f, data)
     except OSError as e:  # a cache is an optimisation: never fail the user's work over it
         log.warning("cannot write the vocabulary cache %s: %s", f, e)
 
