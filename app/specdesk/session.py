@@ -265,7 +265,8 @@ class Session:
             )
 
     def make_controller(self, config: GenerationConfig) -> Controller:
-        return self.auto if config.k == "auto" else FixedK(int(config.k))
+        # a fixed k's measured costs and acceptance are as good as auto's own
+        return self.auto if config.k == "auto" else FixedK(int(config.k), teach=self.auto)
 
     def make_proposer(self, config: GenerationConfig):
         if config.proposer == "none":

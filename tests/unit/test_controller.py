@@ -130,3 +130,13 @@ def test_probes_back_off_when_they_do_not_pay():
     assert auto.plan("draft", 1, 8)[0] == 0 and auto.plan("draft", 1, 8, z=auto.z)[0] > 0
     probes = [step for step in range(300) if auto.budget("draft", 1, 8)]
     assert probes == [0, 8, 24, 56, 120, 248]
+
+
+def test_fixed_k_runs_teach_the_auto_controller():
+    auto = AutoK()
+    fixed = FixedK(3, teach=auto)
+    fixed.observe(StepCost("", None, 0, 0, 0.0, 0.1))
+    fixed.observe(StepCost("draft", None, 3, 2, 0.05, 0.14))
+    assert fixed.budget("draft", None, 8) == 3  # a fixed k stays fixed
+    assert auto.costs.step_cost == 0.1 and auto.costs.verify_cost(4) == 0.14 and auto.costs.draft_cost(3) == 0.05
+    assert auto.acceptance["draft"].reached  # and the acceptance is recorded

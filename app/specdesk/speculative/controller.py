@@ -59,18 +59,21 @@ class Controller(Protocol):
 
 
 class FixedK:
-    """Always draft up to k tokens (fewer when the proposer stops early)."""
+    """Always draft up to k tokens (fewer when the proposer stops early). What the
+    steps cost can still teach an ``auto`` controller (``teach``) for later runs."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, teach: "Controller | None" = None) -> None:
         if k <= 0:
             raise ValueError(f"k must be a positive integer, got {k}")
         self.k = k
+        self.teach = teach
 
     def budget(self, source: str, match_length: int | None, limit: int) -> int:
         return max(0, min(self.k, limit))
 
     def observe(self, cost: StepCost) -> None:
-        pass
+        if self.teach is not None:
+            self.teach.observe(cost)
 
     def describe(self) -> str:
         return f"k={self.k}"

@@ -131,7 +131,8 @@ class CompareTab(QWidget):
         self.temperature.setSingleStep(0.1)
         self.temperature.setToolTip("At 0 the outputs must match target alone; SpecDesk checks and explains")
         of.addRow("Temperature", self.temperature)
-        self.use_advisor = QCheckBox("predict with the advisor (measures this machine first, ~20 s)")
+        self.use_advisor = QCheckBox("predict with the advisor (~20 s)")
+        self.use_advisor.setToolTip("Measures this machine's step, verify and draft costs first, then predicts each configuration's speedup")
         self.use_advisor.setChecked(True)
         of.addRow(self.use_advisor)
         cl.addWidget(obox)
@@ -455,8 +456,11 @@ class CompareTab(QWidget):
             bl.setContentsMargins(2, 2, 2, 2)
             st = r["stats"]
             head = QLabel(f"<b>{c}</b> · {st['tokens_per_second']:.1f} tok/s" + (f" · {100 * st['acceptance_rate']:.0f}% accepted" if st.get("acceptance_rate") is not None else ""))
+            head.setWordWrap(True)  # many columns must fit the window, not widen it
+            head.setMinimumWidth(40)
             bl.addWidget(head)
             view = QTextBrowser()
+            view.setMinimumWidth(40)
             view.setPlainText(r["text"])
             bl.addWidget(view, 1)
             self.answer_split.addWidget(box)

@@ -165,6 +165,13 @@ class StatsPanel(QFrame):
         self._xs: list[float] = []
         self._ys: list[float] = []
         self._stats: Stats | None = None
+        self._empty_ranges()
+
+    def _empty_ranges(self) -> None:
+        """Axes that read sensibly before any data (not pyqtgraph's 0..1)."""
+        self.speed_plot.setXRange(0, 100, padding=0)
+        self.speed_plot.setYRange(0, 20, padding=0)
+        self.pos_plot.setXRange(0.4, 4.6, padding=0)
 
     # -- updates ---------------------------------------------------------------------
 
@@ -172,15 +179,18 @@ class StatsPanel(QFrame):
         self._xs, self._ys = [], []
         self._stats = None
         self.speed_curve.setData([], [])
+        self._empty_ranges()
         self.verdict.setText("Generating…")
 
     def set_reference(self, tokens_per_second: float | None) -> None:
         self._reference = tokens_per_second
         if tokens_per_second:
-            self.ref_line.setValue(tokens_per_second)
+            # visible first: pyqtgraph's line label only re-formats while shown
             self.ref_line.setVisible(True)
+            self.ref_line.setValue(tokens_per_second)
         else:
             self.ref_line.setVisible(False)
+        self._update_verdict(live=False)
 
     @property
     def reference(self) -> float | None:
@@ -208,6 +218,8 @@ class StatsPanel(QFrame):
             self._xs.append(st.generated)
             self._ys.append(tps)
             self.speed_curve.setData(self._xs, self._ys)
+            if len(self._xs) == 1:
+                self.speed_plot.enableAutoRange()
         rates = st.acceptance_per_position
         xs = [i + 1 for i, r in enumerate(rates) if r is not None]
         hs = [r for r in rates if r is not None]
