@@ -70,6 +70,8 @@ def main() -> int:
         print(f"event-loop lateness over {len(lat)} ticks of 20 ms: max {w.latency.max_ms:.1f} ms, "
               f"p99 {w.latency.percentile(0.99):.1f} ms, p95 {w.latency.percentile(0.95):.1f} ms, "
               f"median {statistics.median(lat) if lat else 0:.1f} ms")
+        worst = sorted(range(len(lat)), key=lambda i: -lat[i])[:5]
+        print("worst ticks (ms late @ tick number):", ", ".join(f"{lat[i]:.0f} @ {i}" for i in worst))
         print(f"step handler on the Qt thread: max {max(handler_ms):.1f} ms, mean {statistics.mean(handler_ms):.1f} ms over {len(handler_ms)} steps")
         app.quit()
 

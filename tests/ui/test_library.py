@@ -101,6 +101,9 @@ def test_download_from_the_hub_dialog(qtbot, window, library_env, smol_path):
             with qtbot.waitSignal(dlg.table.itemSelectionChanged, timeout=60_000):
                 dlg.list_btn.click()
             assert dlg.table.rowCount() == 1 and dlg.table.item(0, 0).text() == "Q4_1"
+            # the listing's thread ends just after its result arrives; until then
+            # Download is disabled, as for a user
+            qtbot.waitUntil(lambda: not dlg.busy and dlg.download_btn.isEnabled(), timeout=10_000)
             progress = []
             with qtbot.waitSignal(dlg.downloaded, timeout=120_000) as b:
                 dlg.download_btn.click()

@@ -140,3 +140,14 @@ def test_fixed_k_runs_teach_the_auto_controller():
     assert fixed.budget("draft", None, 8) == 3  # a fixed k stays fixed
     assert auto.costs.step_cost == 0.1 and auto.costs.verify_cost(4) == 0.14 and auto.costs.draft_cost(3) == 0.05
     assert auto.acceptance["draft"].reached  # and the acceptance is recorded
+
+
+def test_a_catch_up_is_priced_once_over_the_answer_left():
+    """Resuming after a pause pays the catch-up once, then drafts in sync: with a long
+    answer ahead it is worth it; with a few tokens left it is not."""
+    auto = _auto({1: 0.10, 2: 0.11, 3: 0.12, 4: 0.13, 5: 0.14}, {k: 0.02 * k for k in range(1, 9)})
+    _accept(auto, "draft", 4, 4, 40)
+    for _ in range(5):
+        auto.observe(StepCost("draft", None, 4, 4, 0.08 + 0.6, 0.14, draft_synced=32))
+    assert auto.budget("draft", 20, 400) >= 3  # 20 behind, 400 tokens to go: resume
+    assert auto.budget("draft", 20, 4) == 0  # 20 behind, 4 tokens to go: not worth it

@@ -97,6 +97,8 @@ class AutoK:
     # Seconds per token the draft model spends catching up (beyond the one or two
     # every draft call evaluates): what drafting costs after the draft fell behind.
     catch_up: RunningCost = field(default_factory=RunningCost)
+    catch_up_horizon: float = 32.0  # at most this many drafting steps share a catch-up
+    catch_up_tokens_per_step: float = 4.0
 
     def _kmax(self, source: str) -> int:
         return self.k_max_ngram if source == "ngram" else self.k_max
@@ -110,7 +112,12 @@ class AutoK:
         alphas = acc.alphas(kmax, z=z)
         extra = 0.0
         if source == "draft" and hint and self.catch_up.n:
-            extra = self.catch_up.value * max(0, hint - 2)
+            # Catching up is paid once; every drafting step after it starts in sync.
+            # Spread it over the drafting steps the rest of the answer can hold (about
+            # one per catch_up_tokens_per_step tokens), else the longer auto waits,
+            # the dearer resuming looks, and it never drafts again in this answer.
+            steps_ahead = min(self.catch_up_horizon, max(1.0, limit / self.catch_up_tokens_per_step))
+            extra = self.catch_up.value * max(0, hint - 2) / steps_ahead
         rates = self.costs.rates(alphas, draft_costs=(source == "draft"), optimistic=z > 0, extra=extra)
         if rates[0] is None:
             return 0, rates

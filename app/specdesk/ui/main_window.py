@@ -89,6 +89,7 @@ class MainWindow(QMainWindow):
         self._pairing_target: Path | None = None
         self._pending_regenerate = False
         self._closing = False
+        self._picked_target: Path | None = None
         self.latency = LatencyProbe(self)
         self._last_mem = 0.0
 
@@ -412,6 +413,7 @@ class MainWindow(QMainWindow):
         models = self.known_models()
         # target: every usable model
         combo = self.target_combo
+        picked = self._picked_target  # chosen in the combo, not loaded yet: survives a refresh
         combo.blockSignals(True)
         combo.clear()
         for p in models:
@@ -423,6 +425,8 @@ class MainWindow(QMainWindow):
                 combo.addItem(self.target_path.name, str(self.target_path.resolve()))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
+        if picked is not None and combo.findData(str(picked)) >= 0:
+            combo.setCurrentIndex(combo.findData(str(picked)))
         combo.blockSignals(False)
         # draft: compatible drafts first (smallest first), the others greyed out with their reason
         combo = self.draft_combo
@@ -497,6 +501,7 @@ class MainWindow(QMainWindow):
 
     def _target_combo_changed(self, _i: int) -> None:
         t = self._combo_path(self.target_combo)
+        self._picked_target = t
         if t is not None:
             self._draft_pairing = []
             self.check_drafts(t)
@@ -684,6 +689,7 @@ class MainWindow(QMainWindow):
             return
         self.session = session
         self.target_path = session.target.spec.path
+        self._picked_target = None
         self.draft_path = session.draft.spec.path if session.draft else None
         self._remember(self.target_path)
         if self.draft_path:
