@@ -186,13 +186,14 @@ class CompareTab(QWidget):
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setStretchLastSection(True)
+        self.table.setMinimumWidth(160)
         tl.addWidget(self.table, 3)
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("speedupChart")
-        self.chart.setTitle("speedup vs target alone (bars: measured, ◆ advisor)", size="9pt")
+        self.chart.setTitle("speedup: measured | advisor (blue)", size="9pt")
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
-        self.chart.setMinimumWidth(320)
+        self.chart.setMinimumWidth(200)
         tl.addWidget(self.chart, 2)
         results.addWidget(top)
 
@@ -436,7 +437,9 @@ class CompareTab(QWidget):
                 self.chart.addItem(pg.BarGraphItem(x=pxs, height=pys, width=0.32, brush=pg.mkBrush(BLUE + "66"), pen=pg.mkPen(BLUE)))
             self.chart.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine)))
             ax = self.chart.getAxis("bottom")
-            ax.setTicks([[(x, r["config"]) for x, r in zip(xs, rows)]])
+            # short tick labels (draft:k=2 -> k=2, draft:auto -> auto, ngram:auto -> ngram) fit a narrow chart
+            ax.setTicks([[(x, r["config"].replace("draft:", "").replace(":auto", "")) for x, r in zip(xs, rows)]])
+            self.chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
             self.chart.setYRange(0, max(heights + [1.2]) * 1.1)
 
     def _show_answers(self) -> None:
