@@ -11,6 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
+from specdesk.speculative.backend import common_prefix_length
+
 
 class FakeModel:
     def __init__(self, n_vocab: int = 8, seed: int = 0, scale: float = 2.0, base: "FakeModel | None" = None, noise: float = 0.0):
@@ -69,11 +71,7 @@ class FakeBackend:
 
     def prefill(self, tokens: Sequence[int], logits: bool = True):
         tokens = list(tokens)
-        keep = 0
-        for a, b in zip(self.history, tokens):
-            if a != b:
-                break
-            keep += 1
+        keep = common_prefix_length(self.history, tokens)
         if logits and keep == len(tokens) and keep > 0:
             keep -= 1
         self.rollback(keep)

@@ -15,6 +15,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import ContextOverflowError, SpecDeskError
+from ..speculative.backend import common_prefix_length
 from .model import Buffer, Model, capture_buffers, default_threads
 
 
@@ -148,11 +149,7 @@ class Context:
         tokens = list(tokens)
         if len(tokens) > self._n_ctx:
             raise ContextOverflowError(f"{len(tokens)} tokens do not fit in a context of {self._n_ctx}")
-        keep = 0
-        for a, b in zip(self.history, tokens):
-            if a != b:
-                break
-            keep += 1
+        keep = common_prefix_length(self.history, tokens)
         if logits and keep == len(tokens) and keep > 0:
             keep -= 1  # re-evaluate the last token to get its logits
         self.rollback(keep)

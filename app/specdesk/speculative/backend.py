@@ -45,3 +45,13 @@ class Backend(Protocol):
     def is_eog(self, token: int) -> bool: ...
 
     def token_bytes(self, token: int) -> bytes: ...
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share: what a context can keep."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -187,8 +187,7 @@ class AutoK:
             except (TypeError, ValueError):
                 return
             if value >= 0 and n > 0:
-                self.catch_up = RunningCost()
-                self.catch_up.value, self.catch_up.n = value, min(n, weight)
+                self.catch_up = RunningCost.seeded(value, min(n, weight))
 
     def describe(self) -> str:
         return "auto"

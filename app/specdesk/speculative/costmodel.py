@@ -30,6 +30,13 @@ class RunningCost:
         self._warm = warm
         self._decay = decay
 
+    @classmethod
+    def seeded(cls, value: float, n: int) -> "RunningCost":
+        """A cost carried over from earlier measurements, counted as ``n`` of them."""
+        rc = cls()
+        rc.value, rc.n = value, n
+        return rc
+
     def add(self, x: float) -> None:
         self.n += 1
         if self.n <= self._warm:
@@ -196,9 +203,7 @@ class CostModel:
                     continue
                 if not (math.isfinite(value) and value > 0 and size > 0 and n > 0):
                     continue  # a damaged entry is simply not used
-                rc = RunningCost()
-                rc.value, rc.n = value, min(n, weight) if weight else n
-                target[size] = rc
+                target[size] = RunningCost.seeded(value, min(n, weight) if weight else n)
         return cm
 
 

@@ -425,8 +425,9 @@ class MainWindow(QMainWindow):
                 combo.addItem(self.target_path.name, str(self.target_path.resolve()))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
-        if picked is not None and combo.findData(str(picked)) >= 0:
-            combo.setCurrentIndex(combo.findData(str(picked)))
+        i = combo.findData(str(picked)) if picked is not None else -1
+        if i >= 0:
+            combo.setCurrentIndex(i)
         combo.blockSignals(False)
         # draft: compatible drafts first (smallest first), the others greyed out with their reason
         combo = self.draft_combo

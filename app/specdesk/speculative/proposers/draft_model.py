@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Backend
+from ..backend import Backend, common_prefix_length
 from ..sampling import SamplingParams, sample, top_probability, warp
 from .base import EMPTY_DRAFT, Budget, Draft
 
@@ -44,12 +44,7 @@ class DraftModelProposer:
 
     def catch_up(self, seq: Sequence[int]) -> int:
         """How many tokens the draft context must evaluate before drafting after seq."""
-        hist = self.ctx.history
-        n = min(len(hist), len(seq))
-        i = 0
-        while i < n and hist[i] == seq[i]:
-            i += 1
-        return len(seq) - min(i, len(seq) - 1)
+        return len(seq) - min(common_prefix_length(self.ctx.history, seq), len(seq) - 1)
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         k = budget("draft", self.catch_up(seq))
