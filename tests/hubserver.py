@@ -42,7 +42,9 @@ Fault switches: ``fail_after`` (drop the connection once a body reaches a byte o
 ``set_status`` (answer every request for a repo or file with an error status),
 ``gate`` (require a token), ``corrupt`` (serve wrong bytes of the right size while the
 listing and headers still give the true sha256), ``set_rate`` (slow bodies down) and
-``hold``/``release`` (pause a body at a byte offset); ``clear_faults`` removes them all. Every request is logged in
+``hold``/``release`` (pause a body at a byte offset) and ``override_header`` (a hostile
+``ETag``, ``X-Linked-Etag`` or ``X-Repo-Commit`` on ``/resolve``, as a malicious mirror
+would send); ``clear_faults`` removes them all. Every request is logged in
 ``requests`` (method, path, headers, status, range, body bytes sent, dropped).
 
 Only the standard library is used.
@@ -194,6 +196,7 @@ class _State:
     statuses: dict[str, _Status] = field(default_factory=dict)
     gates: dict[str, str] = field(default_factory=dict)
     corrupt: set[tuple[str | None, str]] = field(default_factory=set)
+    headers: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)
 
 
 class FakeHub:
@@ -351,8 +354,14 @@ class FakeHub:
                 self._state.holds.pop(name, None)
                 self._releases.setdefault(name, threading.Event()).set()
 
+    def override_header(self, filename: str, header: str, value: str, *, repo_id: str | None = None) -> None:
+        """Send ``header: value`` instead of the true one on ``/resolve`` for ``filename``
+        (e.g. ``ETag``/``X-Linked-Etag`` of ``"../../x"``); the bytes stay the true ones."""
+        with self._lock:
+            self._state.headers.setdefault((repo_id, filename), {})[header] = value
+
     def clear_faults(self) -> None:
-        """Remove every switch (faults, statuses, gates, corruption, rate, holds)."""
+        """Remove every switch (faults, statuses, gates, corruption, rate, holds, headers)."""
         self.release()
         with self._lock:
             self._state = _State()
@@ -371,6 +380,11 @@ class FakeHub:
                 return None
             fault.hits += 1
             return fault.offset
+
+    def _header_overrides(self, repo_id: str, filename: str) -> dict[str, str]:
+        with self._lock:
+            return {**self._state.headers.get((None, filename), {}),
+                    **self._state.headers.get((repo_id, filename), {})}
 
     def _is_corrupt(self, repo_id: str, filename: str) -> bool:
         with self._lock:
@@ -593,6 +607,8 @@ class _Handler(BaseHTTPRequestHandler):
         if e.lfs:
             headers["X-Linked-Etag"] = f'"{e.sha256}"'
             headers["X-Linked-Size"] = str(e.size)
+        headers.update(self.fakehub._header_overrides(repo_id, filename))
+        if e.lfs:
             if self.fakehub.lfs_redirect:
                 location = f"{self.fakehub.cdn_url}/cdn/{quote(repo_id)}/{e.sha256}"
                 body = f"Found. Redirecting to {location}".encode()

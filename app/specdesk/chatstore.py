@@ -3,38 +3,69 @@ statistics of its generation.
 
 Each write is its own transaction (WAL journal), so killing the app loses at most
 the answer being generated.
+
+The file is the user's: it is created owner-only (folder 0o700, file 0o600), its
+schema carries a version (``PRAGMA user_version``) and is brought up to date by
+:data:`MIGRATIONS` when opened. A file that is not a usable chat database (damaged,
+not SQLite, of another schema, or written by a newer SpecDesk) is never deleted: it is
+moved aside (``chats.sqlite3.damaged-<time>``), a fresh one is started, and
+:attr:`ChatStore.recovered` says so in one line for the window to show. A damaged
+row is skipped when read (a message whose spans or statistics are damaged keeps its
+text), never an error.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Callable
 
 from .errors import SpecDeskError
+from .files import move_aside
+from .speculative.stats import Stats
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS chats (
-    id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    settings TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
-    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    spans TEXT,
-    stats TEXT,
-    created REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_chat ON messages(chat_id, id);
-"""
+log = logging.getLogger(__name__)
+
+# Version 1: the schema SpecDesk 0.1 created without a version. CREATE ... IF NOT
+# EXISTS leaves such a file's tables and rows as they are and only stamps the version.
+_V1 = [
+    """CREATE TABLE IF NOT EXISTS chats (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        settings TEXT NOT NULL DEFAULT '{}'
+    )""",
+    """CREATE TABLE IF NOT EXISTS messages (
+        id INTEGER PRIMARY KEY,
+        chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        spans TEXT,
+        stats TEXT,
+        created REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS messages_chat ON messages(chat_id, id)",
+]
+
+# MIGRATIONS[i] takes a database from version i to i + 1 (0: new, or unversioned).
+# Each runs in one transaction with its version stamp. Append, never edit.
+MIGRATIONS: list[list[str]] = [_V1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# The columns this code reads: a database without them is not ours.
+_COLUMNS = {
+    "chats": {"id", "title", "created", "updated", "settings"},
+    "messages": {"id", "chat_id", "role", "content", "spans", "stats", "created"},
+}
+ROLES = ("system", "user", "assistant")
 
 
 @dataclass
@@ -56,18 +87,106 @@ class Chat:
     settings: dict = field(default_factory=dict)
 
 
+class _NotOurs(Exception):
+    """The file opened but is not a chat database this code can use."""
+
+
+def _is_damage(e: sqlite3.Error) -> bool:
+    """SQLITE_NOTADB / SQLITE_CORRUPT ("file is not a database", "database disk image is
+    malformed"): the file's fault. Locked, read-only, I/O errors are not."""
+    name = getattr(e, "sqlite_errorname", None)  # Python 3.11+
+    if name is not None:
+        return name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+    return type(e) is sqlite3.DatabaseError
+
+
+def _owner_only_file(path: Path) -> None:
+    """Create ``path`` as 0o600 (whatever the umask), or tighten an existing one of ours."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        st = os.fstat(fd)
+        if hasattr(os, "fchmod") and st.st_mode & 0o077 and st.st_uid == os.getuid():
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class ChatStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(SCHEMA)
-        except (OSError, sqlite3.Error) as e:
-            raise SpecDeskError(f"cannot open the chat database {self.path}: {e}") from None
+        # One line for the window when the old file could not be used (moved aside).
+        self.recovered: str | None = None
         self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._db = self._open()
+        except _NotOurs as e:
+            self._db = self._start_afresh(str(e))
+        except sqlite3.Error as e:
+            if not _is_damage(e):
+                raise SpecDeskError(f"cannot open the chat database {self.path}: {e}") from None
+            self._db = self._start_afresh(str(e))
+        except OSError as e:
+            raise SpecDeskError(f"cannot open the chat database {self.path}: {e.strerror or e}") from None
+
+    def _open(self) -> sqlite3.Connection:
+        _owner_only_file(self.path)
+        for side in ("-wal", "-shm"):
+            p = self.path.with_name(self.path.name + side)
+            if p.exists():
+                _owner_only_file(p)
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            problems = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise _NotOurs("damaged: " + "; ".join(str(p) for p in problems)[:200])
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise _NotOurs(f"written by a newer SpecDesk (schema {version}, this one reads {SCHEMA_VERSION})")
+        for v in range(version, SCHEMA_VERSION):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql in MIGRATIONS[v]:
+                    db.execute(sql)
+                db.execute(f"PRAGMA user_version = {v + 1}")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        for table, wanted in _COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})").fetchall()}
+            if not wanted <= have:
+                raise _NotOurs(f"not a SpecDesk chat database (table {table} lacks {', '.join(sorted(wanted - have))})")
+
+    def _start_afresh(self, why: str) -> sqlite3.Connection:
+        why = " ".join(why.split())
+        kept = move_aside(self.path, why)
+        if kept is None:
+            raise SpecDeskError(f"the chat database {self.path} is unusable ({why}) and could not be moved aside; "
+                                "move it away and start again")
+        for side in ("-wal", "-shm"):  # they belong to the damaged file: keep them with it
+            p = self.path.with_name(self.path.name + side)
+            if p.exists():
+                try:
+                    os.replace(p, kept.with_name(kept.name + side))
+                except OSError as e:
+                    log.warning("could not move %s aside: %s", p, e)
+        self.recovered = (f"The chat database could not be used ({why}); it was kept as {kept.name} "
+                          "and a new one was started.")
+        try:
+            return self._open()
+        except (sqlite3.Error, _NotOurs, OSError) as e:
+            raise SpecDeskError(f"cannot open the chat database {self.path}: {e}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -80,29 +199,46 @@ class ChatStore:
             except sqlite3.Error as e:
                 raise SpecDeskError(f"the chat database failed: {e}") from None
 
+    def _transaction(self, work: Callable[[sqlite3.Connection], object]) -> object:
+        """``work(db)`` in one transaction: all of it is stored, or none."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    out = work(self._db)
+                    self._db.execute("COMMIT")
+                    return out
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise SpecDeskError(f"the chat database failed: {e}") from None
+
     # -- chats ----------------------------------------------------------------------
 
     def create_chat(self, title: str = "New chat", settings: dict | None = None) -> Chat:
         now = time.time()
         cur = self._exec(
             "INSERT INTO chats(title, created, updated, settings) VALUES (?, ?, ?, ?)",
-            (title, now, now, json.dumps(settings or {})),
+            (title, now, now, _dumps(settings or {})),
         )
         return Chat(cur.lastrowid, title, now, now, settings or {})
 
     def chats(self) -> list[Chat]:
-        rows = self._exec("SELECT id, title, created, updated, settings FROM chats ORDER BY updated DESC, id DESC").fetchall()
-        return [Chat(r[0], r[1], r[2], r[3], json.loads(r[4] or "{}")) for r in rows]
+        rows = self._exec(
+            "SELECT id, title, created, updated, settings FROM chats ORDER BY updated DESC, id DESC"
+        ).fetchall()
+        return [c for c in map(_chat_from_row, rows) if c is not None]
 
     def chat(self, chat_id: int) -> Chat | None:
         r = self._exec("SELECT id, title, created, updated, settings FROM chats WHERE id = ?", (chat_id,)).fetchone()
-        return Chat(r[0], r[1], r[2], r[3], json.loads(r[4] or "{}")) if r else None
+        return _chat_from_row(r) if r else None
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         self._exec("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
 
     def save_settings(self, chat_id: int, settings: dict) -> None:
-        self._exec("UPDATE chats SET settings = ? WHERE id = ?", (json.dumps(settings), chat_id))
+        self._exec("UPDATE chats SET settings = ? WHERE id = ?", (_dumps(settings), chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
         self._exec("DELETE FROM chats WHERE id = ?", (chat_id,))
@@ -110,33 +246,148 @@ class ChatStore:
     # -- messages -------------------------------------------------------------------
 
     def add_message(self, chat_id: int, msg: Message) -> Message:
-        now = time.time()
-        cur = self._exec(
-            "INSERT INTO messages(chat_id, role, content, spans, stats, created) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                chat_id,
-                msg.role,
-                msg.content,
-                json.dumps(msg.spans) if msg.spans is not None else None,
-                json.dumps(msg.stats) if msg.stats is not None else None,
-                now,
-            ),
-        )
-        self._exec("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
-        msg.id = cur.lastrowid
+        """Store ``msg`` at the end of the chat; sets ``msg.id``."""
+        self._transaction(lambda db: _insert(db, chat_id, msg))
+        return msg
+
+    def replace_answer(self, chat_id: int, msg: Message, replaces: int | None) -> Message:
+        """Store the answer ``msg`` in place of the message with id ``replaces`` (the
+        answer Regenerate started from), in one transaction: the chat never lacks both.
+        ``replaces`` None (or already gone) stores ``msg`` as a new message."""
+
+        def work(db: sqlite3.Connection) -> None:
+            if replaces is not None:
+                db.execute("DELETE FROM messages WHERE id = ? AND chat_id = ?", (replaces, chat_id))
+            _insert(db, chat_id, msg)
+
+        self._transaction(work)
         return msg
 
     def messages(self, chat_id: int) -> list[Message]:
+        """The chat's messages in order; a damaged row is left out (logged)."""
         rows = self._exec(
             "SELECT id, role, content, spans, stats FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,)
         ).fetchall()
-        return [
-            Message(role=r[1], content=r[2], spans=json.loads(r[3]) if r[3] else None, stats=json.loads(r[4]) if r[4] else None, id=r[0])
-            for r in rows
-        ]
+        return [m for m in map(_message_from_row, rows) if m is not None]
 
     def delete_message(self, message_id: int) -> None:
         self._exec("DELETE FROM messages WHERE id = ?", (message_id,))
 
     def clear_messages(self, chat_id: int) -> None:
         self._exec("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
+
+
+# -- rows ---------------------------------------------------------------------------
+
+
+def _dumps(x: object) -> str:
+    return json.dumps(x, ensure_ascii=True)
+
+
+def _insert(db: sqlite3.Connection, chat_id: int, msg: Message) -> None:
+    now = time.time()
+    cur = db.execute(
+        "INSERT INTO messages(chat_id, role, content, spans, stats, created) VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            chat_id,
+            msg.role,
+            msg.content,
+            _dumps(msg.spans) if msg.spans is not None else None,
+            _dumps(msg.stats) if msg.stats is not None else None,
+            now,
+        ),
+    )
+    db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+    msg.id = cur.lastrowid
+
+
+def _loads(text: object) -> object:
+    """Parsed JSON, or None when the text is missing or damaged (too deep included)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _valid_span(s: object) -> bool:
+    # [start, end, kind, source, position, p, q, lookup_start]
+    if not isinstance(s, list) or len(s) != 8:
+        return False
+    start, end, kind, source, position, p, q, lookup = s
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end))
+    optional_ints = all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (position, lookup))
+    optional_numbers = all(v is None or _number(v) for v in (p, q))
+    texts = isinstance(kind, str) and isinstance(source, str)
+    return ints and 0 <= start <= end and texts and optional_ints and optional_numbers
+
+
+def _stats_defaults() -> dict[str, object]:
+    out = {}
+    for f in fields(Stats):
+        out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    return out
+
+
+_STATS_DEFAULTS = _stats_defaults()
+
+
+def _valid_stats(d: object) -> bool:
+    """A dict whose Stats fields (the ones Stats.from_dict reads) have their types."""
+    if not isinstance(d, dict):
+        return False
+    for name, default in _STATS_DEFAULTS.items():
+        if name not in d:
+            continue
+        v = d[name]
+        if isinstance(default, float):
+            ok = _number(v)
+        elif isinstance(default, int):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif isinstance(default, list):
+            ok = isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        elif isinstance(default, dict):
+            ok = isinstance(v, dict) and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values())
+        elif isinstance(default, str):
+            ok = isinstance(v, str)
+        else:
+            ok = True
+        if not ok:
+            return False
+    return True
+
+
+def _message_from_row(r: tuple) -> Message | None:
+    mid, role, content, spans_text, stats_text = r
+    if not isinstance(mid, int) or role not in ROLES or not isinstance(content, str):
+        log.warning("skipping a damaged chat message (id %r)", mid)
+        return None
+    spans = _loads(spans_text)
+    if spans_text is not None and not (isinstance(spans, list) and all(_valid_span(s) for s in spans)):
+        log.warning("chat message %d: ignoring its damaged provenance spans", mid)
+        spans = None
+    stats = _loads(stats_text)
+    if stats_text is not None and not _valid_stats(stats):
+        log.warning("chat message %d: ignoring its damaged statistics", mid)
+        stats = None
+    return Message(role=role, content=content, spans=spans, stats=stats, id=mid)  # type: ignore[arg-type]
+
+
+def _chat_from_row(r: tuple) -> Chat | None:
+    cid, title, created, updated, settings_text = r
+    if not isinstance(cid, int):
+        log.warning("skipping a damaged chat (id %r)", cid)
+        return None
+    settings = _loads(settings_text)
+    return Chat(
+        cid,
+        title if isinstance(title, str) else "Chat",
+        float(created) if _number(created) else 0.0,
+        float(updated) if _number(updated) else 0.0,
+        settings if isinstance(settings, dict) else {},
+    )

@@ -9,8 +9,10 @@ each counted as a few measurements only, so this run's own measurements soon tak
 over when the machine is busier or idler than last time. Acceptance is not kept:
 it follows the text being written.
 
-The file is a small JSON object, written atomically; a damaged or unreadable file
-is ignored (with a log line), never an error.
+The file is a small JSON object, written atomically (ASCII escapes: file names that
+are not valid UTF-8 stay writable). A file that cannot be read or is not an object
+(damaged, nested too deep) is moved aside and kept, with a log line; entries and
+costs of the wrong shape are left out when read. Never an error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .jsonfile import read_object, write_atomic
+from .files import read_json_object, write_json_atomic
 from .paths import user_cache_dir
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,56 @@ def pair_key(target: Path, target_threads: int | None, target_gpu_layers: int,
     )
 
 
-def _read(path: Path) -> dict:
-    data = read_object(path, "saved auto costs")
-    if data.get("version") != VERSION or not isinstance(data.get("pairs"), dict):
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _costs(d: object) -> dict:
+    """{size: cost} with the keys and values that can be one; the rest left out."""
+    if not isinstance(d, dict):
         return {}
-    return data["pairs"]
+    return {k: v for k, v in d.items() if isinstance(k, str) and _is_number(v)}
+
+
+def _clean_state(state: object) -> dict | None:
+    """The saved costs in the shape ``AutoK.restore_costs`` reads, or None: a list where
+    a dict belongs, a text where a number belongs, is dropped, never passed on."""
+    if not isinstance(state, dict):
+        return None
+    out: dict = {name: _costs(state[name]) for name in ("verify", "draft") if name in state}
+    counts = state.get("counts")
+    if isinstance(counts, dict):
+        out["counts"] = {name: _costs(counts[name]) for name in ("verify", "draft") if name in counts}
+    cu = state.get("catch_up")
+    if isinstance(cu, list) and len(cu) == 2 and all(_is_number(x) for x in cu):
+        out["catch_up"] = list(cu)
+    return out
+
+
+def _seq(entry: object) -> int:
+    seq = entry.get("seq") if isinstance(entry, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+
+
+def _read(path: Path) -> dict:
+    """The usable entries: {key: {"seq": int, "state": dict}}."""
+    data = read_json_object(path, "saved auto costs", keep_damaged=True)
+    pairs = data.get("pairs")
+    if data.get("version") != VERSION or not isinstance(pairs, dict):
+        if data:
+            log.info("ignoring the saved auto costs in %s: not version %d", path, VERSION)
+        return {}
+    out = {}
+    for key, entry in pairs.items():
+        state = _clean_state(entry.get("state")) if isinstance(entry, dict) else None
+        if state is not None:
+            out[key] = {"seq": _seq(entry), "state": state}
+    return out
 
 
 def load(key: str, path: Path | None = None) -> dict | None:
     entry = _read(path or default_path()).get(key)
-    return entry.get("state") if isinstance(entry, dict) and isinstance(entry.get("state"), dict) else None
+    return entry["state"] if entry is not None else None
 
 
 def save(key: str, state: dict, path: Path | None = None) -> None:
@@ -63,11 +105,11 @@ def save(key: str, state: dict, path: Path | None = None) -> None:
     path = path or default_path()
     try:
         pairs = _read(path)
-        stamp = max((e.get("seq", 0) for e in pairs.values() if isinstance(e, dict)), default=0) + 1
+        stamp = max((e["seq"] for e in pairs.values()), default=0) + 1
         pairs[key] = {"seq": stamp, "state": state}
         if len(pairs) > MAX_ENTRIES:
-            keep = sorted(pairs, key=lambda k: pairs[k].get("seq", 0) if isinstance(pairs[k], dict) else 0)[-MAX_ENTRIES:]
+            keep = sorted(pairs, key=lambda k: pairs[k]["seq"])[-MAX_ENTRIES:]
             pairs = {k: pairs[k] for k in keep}
-        write_atomic(path, {"version": VERSION, "pairs": pairs})
-    except OSError as e:  # a read-only cache must not break generation
+        write_json_atomic(path, {"version": VERSION, "pairs": pairs})
+    except (OSError, ValueError) as e:  # a read-only cache (or an unencodable state) must not break generation
         log.info("could not save the auto costs to %s: %s", path, e)

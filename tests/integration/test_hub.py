@@ -415,6 +415,32 @@ def test_corrupt_download_is_rejected(hub, cache):
     assert _snapshot_files(cache, "org/bad") == [] and _blobs(cache, "org/bad") == []
 
 
+def _files_outside(root: Path, cache: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if not p.is_dir() and cache not in p.parents}
+
+
+@pytest.mark.parametrize("header, value", [
+    ("X-Linked-Etag", '"../../../escaped"'),  # blobs/../../../escaped.incomplete: beside the cache
+    ("X-Linked-Etag", '"/tmp/escaped-abs"'),
+    ("X-Linked-Etag", '".."'),
+    ("X-Repo-Commit", "../../../escaped"),  # snapshots/../../../escaped/<file>
+])
+def test_a_hostile_etag_or_commit_cannot_write_outside_the_cache(hub, cache, tmp_path, header, value):
+    """A malicious endpoint or mirror names the blob: the download stops with a clear
+    error before anything is written, in the cache or outside it."""
+    model = hubmod.pick(hubmod.list_gguf("org/mixed"), filename="tiny-F16.gguf")
+    before = _files_outside(tmp_path, cache)
+    hub.override_header("tiny-F16.gguf", header, value)
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/mixed", model)
+    msg = _one_line(e.value)
+    assert "unsafe" in msg and "refusing" in msg and "tiny-F16.gguf" in msg, msg
+    assert _files_outside(tmp_path, cache) == before
+    assert not list(tmp_path.rglob("*escaped*")) and not Path("/tmp/escaped-abs").exists()
+    assert hub.downloads("tiny-F16.gguf") == []  # refused before any byte was asked for
+    assert _blobs(cache, "org/mixed") == [] and _snapshot_files(cache, "org/mixed") == []
+
+
 def test_not_a_gguf_is_rejected_after_download(hub, cache):
     """The Hub's checksum matches, but the file is an HTML page: validate_gguf refuses it
     and the file is taken out of the cache again."""

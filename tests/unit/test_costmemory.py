@@ -1,8 +1,12 @@
 """auto's measured costs carry over to the next session on the same pair."""
 
 import json
+import os
+import sys
 
-from specdesk import costmemory
+import pytest
+
+from specdesk import costmemory, files
 from specdesk.speculative.controller import AutoK, StepCost
 from specdesk.speculative.costmodel import CostModel
 
@@ -53,7 +57,9 @@ def test_save_and_load_a_real_file(tmp_path):
     costmemory.save("pair", state, path)
     assert costmemory.load("pair", path) == state
     assert costmemory.load("another pair", path) is None
-    assert not [p for p in path.parent.iterdir() if p.name.startswith(".auto-costs-")]  # no temp file left
+    # no temp file left: the folder holds the file and nothing else (the atomic write's
+    # temporary is ".auto-costs.json.XXXX.tmp" beside it)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["auto-costs.json"]
 
 
 def test_a_corrupt_file_is_ignored_and_replaced(tmp_path):
@@ -84,3 +90,81 @@ def test_the_key_changes_with_the_file_and_the_setup(tmp_path):
     assert costmemory.pair_key(a, 2, 0, None, None, 0) != k  # no draft
     a.write_bytes(b"xx")  # the file changed
     assert costmemory.pair_key(a, 2, 0, b, 2, 0) != k
+
+
+def test_the_temp_file_check_can_fail(tmp_path, monkeypatch):
+    """A write that leaves its temporary behind is caught by the check above."""
+    path = tmp_path / "cache" / "auto-costs.json"
+
+    def leaky_replace(src, dst):  # copy instead of rename: the temporary stays
+        with open(src, "rb") as f:
+            data = f.read()
+        with open(dst, "wb") as f:
+            f.write(data)
+
+    monkeypatch.setattr(files.os, "replace", leaky_replace)
+    costmemory.save("pair", {"verify": {"1": 0.1}}, path)
+    names = sorted(p.name for p in path.parent.iterdir())
+    assert names != ["auto-costs.json"] and any(n.startswith(".auto-costs.json.") for n in names)
+
+
+def _kept(folder):
+    return [p for p in folder.iterdir() if ".damaged-" in p.name]
+
+
+@pytest.mark.parametrize("content", [
+    "[1, 2, 3]",  # a list, not an object
+    '{"version": 1, "pairs": [["pair", {"seq": 1}]]}',  # pairs a list
+    "[" * 200_000 + "]" * 200_000,  # nested past the recursion limit
+    '{"version": 1, "pairs": ' + "[" * 200_000 + "]" * 200_000 + "}",
+])
+def test_a_cache_of_the_wrong_shape_is_ignored_then_replaced(tmp_path, content):
+    path = tmp_path / "auto-costs.json"
+    path.write_text(content)
+    assert costmemory.load("pair", path) is None
+    costmemory.save("pair", {"verify": {"1": 0.1}}, path)
+    assert costmemory.load("pair", path) == {"verify": {"1": 0.1}}
+
+
+def test_an_unreadable_cache_is_moved_aside_not_deleted(tmp_path):
+    path = tmp_path / "auto-costs.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    assert costmemory.load("pair", path) is None
+    [kept] = _kept(tmp_path)
+    assert kept.read_text().startswith("[[[")
+
+
+def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
+    path = tmp_path / "auto-costs.json"
+    good = {"verify": {"1": 0.1}, "draft": {"2": 0.05}, "counts": {"verify": {"1": 3}}, "catch_up": [0.01, 2]}
+    path.write_text(json.dumps({"version": 1, "pairs": {
+        "list entry": [1, 2],
+        "list state": {"seq": 1, "state": [1, 2]},
+        "bad seq": {"seq": "x", "state": good},
+        "inner lists": {"seq": 2, "state": {"verify": [0.1], "draft": {"2": "x", "3": 0.2},
+                                            "counts": [1], "catch_up": {"a": 1}}},
+        "good": {"seq": 3, "state": good},
+    }}))
+    assert costmemory.load("list entry", path) is None
+    assert costmemory.load("list state", path) is None
+    assert costmemory.load("bad seq", path) == good
+    assert costmemory.load("inner lists", path) == {"verify": {}, "draft": {"3": 0.2}}
+    assert costmemory.load("good", path) == good
+    # what load gives is what the controller reads without failing
+    for key in ("bad seq", "inner lists", "good"):
+        AutoK().restore_costs(costmemory.load(key, path))
+    costmemory.save("new", good, path)  # a text seq once crashed max()
+    pairs = json.loads(path.read_text())["pairs"]
+    assert set(pairs) == {"bad seq", "inner lists", "good", "new"} and pairs["new"]["seq"] == 4
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file names are bytes")
+def test_a_file_name_that_is_not_utf8_is_saved_and_found_again(tmp_path):
+    target = tmp_path / os.fsdecode(b"model-\xff\xfe.gguf")  # a surrogate-escaped name
+    target.write_bytes(b"x")
+    key = costmemory.pair_key(target, 2, 0, None, None, 0)
+    assert "\udcff" in key
+    path = tmp_path / "auto-costs.json"
+    costmemory.save(key, {"verify": {"1": 0.1}}, path)  # raised UnicodeEncodeError (ensure_ascii=False)
+    assert costmemory.load(key, path) == {"verify": {"1": 0.1}}
+    path.read_bytes().decode("ascii")  # plain ASCII on disk

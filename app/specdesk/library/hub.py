@@ -54,7 +54,8 @@ from typing import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from ..errors import Cancelled, ModelFileError, SpecDeskError
-from .gguf_file import read_gguf, validate_gguf
+from ..fmt import format_download_size
+from .gguf import read_gguf, validate_gguf
 
 __all__ = [
     "DownloadError",
@@ -303,15 +304,6 @@ def _one_line(text: object, limit: int = 200) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "? bytes"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
-
-
 def _network_error_types() -> tuple[type[BaseException], ...]:
     import httpx2
 
@@ -476,20 +468,58 @@ def _resolve_part(repo_id: str, f: HubFile, revision: str, token: str | None, ep
     location = meta.location or url
     if _origin(location) != _origin(url):
         headers.pop("authorization", None)  # never send the token to a CDN
-    etag = meta.etag
-    rel = Path(*f.filename.split("/"))
-    return _Part(
+    # The etag, the commit and the file name come from the network and become paths:
+    # each must be a plain name (or, for the file, plain names), and every path made
+    # of them must stay in its folder of the cache.
+    etag = _safe_name(meta.etag, "etag", f.filename, ep)
+    commit = _safe_name(meta.commit_hash, "commit", f.filename, ep)
+    parts = f.filename.split("/")
+    if any(p in ("", ".", "..") or "\\" in p for p in parts):
+        raise DownloadError(f"{ep} listed an unsafe file name {_shown(f.filename)}; refusing to write it to the cache")
+    snapshot = storage / "snapshots" / commit
+    blobs = storage / "blobs"
+    locks = cache / ".locks" / repo_folder_name(repo_id=repo_id, repo_type="model")
+    part = _Part(
         file=f,
         url=location,
         etag=etag,
-        commit=meta.commit_hash,
+        commit=commit,
         size=meta.size if meta.size is not None else f.size,
         headers=headers,
-        pointer=storage / "snapshots" / meta.commit_hash / rel,
-        blob=storage / "blobs" / etag,
-        partial=storage / "blobs" / f"{etag}.incomplete",
-        lock=cache / ".locks" / repo_folder_name(repo_id=repo_id, repo_type="model") / f"{etag}.lock",
+        pointer=snapshot / Path(*parts),
+        blob=blobs / etag,
+        partial=blobs / f"{etag}.incomplete",
+        lock=locks / f"{etag}.lock",
     )
+    for path, folder in ((part.pointer, snapshot), (part.blob, blobs), (part.partial, blobs), (part.lock, locks)):
+        _confine(path, folder, f.filename, ep)
+    return part
+
+
+# An etag or commit used as a file name: a sha256 or git sha1 on the Hub, a plain
+# token on a mirror (letters, digits, '.', '_', '-'; no separators, not '.' or '..').
+_SAFE_NAME_RE = re.compile(r"^[0-9A-Za-z_-][0-9A-Za-z._-]{0,199}$")
+
+
+def _shown(value: object) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _safe_name(value: str, what: str, filename: str, ep: str) -> str:
+    if not _SAFE_NAME_RE.match(value) or ".." in value:
+        raise DownloadError(f"{ep} sent an unsafe {what} {_shown(value)} for {filename}; refusing to use it as a "
+                            "file name in the cache (check HF_ENDPOINT)")
+    return value
+
+
+def _confine(path: Path, folder: Path, filename: str, ep: str) -> None:
+    """``path`` with its '..' resolved must be inside ``folder``. Lexically: the snapshot
+    entry is huggingface_hub's own symlink to the blob, which is fine; what comes from the
+    network are names, and those must not climb out."""
+    real, base = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    if real != base and base not in real.parents:
+        raise DownloadError(f"{ep}: the cache path for {filename} would be {real}, outside {base}; refusing it")
 
 
 @contextmanager
@@ -545,18 +575,20 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
             if e.errno == errno.ENOSPC:
                 part.partial.unlink(missing_ok=True)
                 raise DownloadError(f"no space left on device while downloading {name} to {part.blob.parent} "
-                                    f"(needs {_size(part.size)}); free some space and try again") from e
+                                    f"(needs {format_download_size(part.size)}); free some space and try again") from e
             if e.errno is not None:  # EACCES, EIO, ...: the disk, not the network
                 raise DownloadError(f"cannot write {name} to {part.blob.parent}: {e.strerror or e}") from e
             got = _file_size(part.partial)  # http_get's size check: the server sent too little or too much
             if part.size is not None and got > part.size:
                 part.partial.unlink(missing_ok=True)
-            raise DownloadError(f"download of {name} was interrupted after {_size(got)} of {_size(part.size)} "
-                                f"({_one_line(e, 120)}); run it again to resume") from e
+            raise DownloadError(f"download of {name} was interrupted after {format_download_size(got)} of "
+                                f"{format_download_size(part.size)} ({_one_line(e, 120)}); "
+                                "run it again to resume") from e
         except _network_error_types() as e:
             got = _file_size(part.partial)
-            raise DownloadError(f"download of {name} was interrupted after {_size(got)} of {_size(part.size)} "
-                                f"({_one_line(e, 120)}); run it again to resume") from e
+            raise DownloadError(f"download of {name} was interrupted after {format_download_size(got)} of "
+                                f"{format_download_size(part.size)} ({_one_line(e, 120)}); "
+                                "run it again to resume") from e
         if _SHA256_RE.match(part.etag):
             digest = _sha256(part.partial, cancel)
             if digest != part.etag:
@@ -668,8 +700,8 @@ def download(
     needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
     free = _free_bytes(storage)
     if free is not None and needed > free:
-        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs {_size(needed)} more, "
-                            f"{_size(free)} free")
+        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs "
+                            f"{format_download_size(needed)} more, {format_download_size(free)} free")
 
     done_before = 0
     last = [-1]

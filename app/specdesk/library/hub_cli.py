@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecDeskError
+from ..fmt import format_download_size
 
 __all__ = ["add_download_parser", "cmd_download"]
 
@@ -39,15 +40,6 @@ def add_download_parser(models_subparsers) -> argparse.ArgumentParser:
     return d
 
 
-def _human(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def cmd_download(args) -> int:
     from tqdm import tqdm
 
@@ -70,7 +62,8 @@ def cmd_download(args) -> int:
     if getattr(args, "list", False):
         if not models:
             raise SpecDeskError(f"{repo} has no GGUF files")
-        rows = [(m.quant or "?", _human(m.total_size), str(len(m.files)), m.primary.filename) for m in models]
+        rows = [(m.quant or "?", format_download_size(m.total_size), str(len(m.files)), m.primary.filename)
+                for m in models]
         header = ("QUANT", "SIZE", "PARTS", "FILE")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
         for r in [header, *rows]:
