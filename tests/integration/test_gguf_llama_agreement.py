@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,8 +25,8 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
 from specdesk.errors import ModelFileError
-from specdesk.library import gguf_file
-from specdesk.library.gguf_file import read_gguf, validate_gguf
+from specdesk.library import gguf as gguf_pkg
+from specdesk.library.gguf import read_gguf, validate_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -136,7 +137,7 @@ def test_supported_architectures_are_known_to_libllama():
     if lib is None:
         pytest.skip("libllama not found")
     blob = lib.read_bytes()
-    unknown = sorted(a for a in gguf_file.SUPPORTED_ARCHITECTURES if b"\0" + a.encode() + b"\0" not in blob
+    unknown = sorted(a for a in gguf_pkg.SUPPORTED_ARCHITECTURES if b"\0" + a.encode() + b"\0" not in blob
                      and a.encode() + b"\0" not in blob)
     assert not unknown, f"not in this llama.cpp build: {unknown}"
 
@@ -150,7 +151,7 @@ def test_ggml_type_sizes_match_libggml():
     lib.ggml_type_size.argtypes = [ctypes.c_int]
     lib.ggml_blck_size.restype = ctypes.c_int64
     lib.ggml_blck_size.argtypes = [ctypes.c_int]
-    for ggml_type, (name, block, size) in gguf_file.GGML_TYPES.items():
+    for ggml_type, (name, block, size) in gguf_pkg.GGML_TYPES.items():
         assert (lib.ggml_blck_size(ggml_type), lib.ggml_type_size(ggml_type)) == (block, size), name
 
 
@@ -159,9 +160,9 @@ def test_tokenizer_names_are_accepted_by_llama_cpp(variants, tmp_path):
     (vocabulary only) by llama.cpp; an unknown one is not."""
     spm, bpe = variants[0], variants[1]
     paths = {}
-    for pre in sorted(gguf_file.BPE_PRE_TOKENIZERS) + ["no-such-pre-tokenizer"]:
+    for pre in sorted(gguf_pkg.BPE_PRE_TOKENIZERS) + ["no-such-pre-tokenizer"]:
         paths[f"pre {pre}"] = rebuild_gguf(bpe, tmp_path / f"pre-{pre}.gguf", set_kv={"tokenizer.ggml.pre": (VT.STRING, pre)})
-    for model in sorted(gguf_file.TOKENIZER_MODELS) + ["no-such-tokenizer"]:
+    for model in sorted(gguf_pkg.TOKENIZER_MODELS) + ["no-such-tokenizer"]:
         base = spm if model == "plamo2" else bpe  # plamo2 needs <0xNN> byte tokens
         paths[f"model {model}"] = rebuild_gguf(base, tmp_path / f"model-{model}.gguf",
                                                set_kv={"tokenizer.ggml.model": (VT.STRING, model)})
@@ -204,7 +205,7 @@ def _bad_files(spm: Path, tmp: Path) -> dict[str, Path]:
 
 def test_files_llama_cpp_refuses_are_rejected(variants, tmp_path, capsys):
     bad = _bad_files(variants[0], tmp_path)
-    for name, path in bad.items():
+    for path in bad.values():
         with pytest.raises(ModelFileError):
             validate_gguf(path)
     status = load_many(list(bad.values()))
@@ -212,3 +213,64 @@ def test_files_llama_cpp_refuses_are_rejected(variants, tmp_path, capsys):
     assert not loaded, f"llama.cpp loads these, so validate_gguf is stricter than needed: {loaded}"
     crashed = [name for name, path in bad.items() if status[str(path)] == CRASHED]
     report(capsys, f"gguf agreement: llama.cpp crashed on {len(crashed)} of {len(bad)} known-bad files: {crashed}")
+
+
+# --------------------------------------------------------------------------------------
+# Token texts as llama.cpp compares them (raw bytes, C strings)
+# --------------------------------------------------------------------------------------
+
+
+def _raw_tokens(path: Path) -> list[bytes]:
+    return list(read_gguf(path, load=["tokenizer.ggml.tokens"]).get("tokenizer.ggml.tokens").iter_raw())
+
+
+def test_tokens_llama_cpp_sees_as_equal_crash_it_and_are_refused(variants, tmp_path):
+    """Issue 11, defect 2: \\xff, \\xfe, \\xfe passed validate_gguf (only the first U+FFFD
+    text was compared by its bytes) and llama.cpp aborts on it (GGML_ASSERT
+    id_to_token.size() == token_to_id.size(), SIGABRT). Every duplicate llama.cpp's
+    token_to_id map would hit is now refused; tokens that only look alike load."""
+    spm = variants[0]
+    base = _raw_tokens(spm)
+
+    def with_tokens(name: str, **edits: bytes) -> Path:
+        tokens = list(base)
+        for i, raw in edits.items():
+            tokens[int(i[1:])] = raw
+        return rebuild_gguf(spm, tmp_path / f"{name}.gguf", set_kv={"tokenizer.ggml.tokens": (VT.ARRAY, (VT.STRING, tokens))})
+
+    crash = {
+        "equal invalid utf-8": (with_tokens("ff-fe-fe", t300=b"\xff", t301=b"\xfe", t302=b"\xfe"),
+                                "duplicate token b'\\xfe' (ids 301 and 302)"),
+        "equal up to a NUL": (with_tokens("nul", t300=b"ab\0x", t301=b"ab\0y"), "duplicate token 'ab' (ids 300 and 301)"),
+        "empty vs [EMPTY_300]": (with_tokens("empty", t300=b"", t301=b"[EMPTY_300]"),
+                                 "duplicate token '[EMPTY_300]' (ids 300 and 301)"),
+    }
+    distinct = with_tokens("ff-fe", t300=b"\xff", t301=b"\xfe")
+    short_byte = with_tokens("short-byte", t68=b"\xff")  # <0x41> typed BYTE, 1 raw byte
+    status = load_many([p for p, _ in crash.values()] + [distinct, short_byte])
+    for name, (path, fragment) in crash.items():
+        assert status[str(path)] == CRASHED, f"{name}: llama.cpp {status[str(path)]}"
+        with pytest.raises(ModelFileError, match=re.escape(fragment)):
+            validate_gguf(path)
+    assert status[str(distinct)] == LOADED
+    validate_gguf(distinct)
+    assert status[str(short_byte)] != LOADED
+    with pytest.raises(ModelFileError, match=re.escape("byte token 68 b'\\xff' is not of the form <0xNN>")):
+        validate_gguf(short_byte)
+
+
+def test_memory_estimate_kv_matches_the_loaded_model():
+    """One KV formula (engine.kv): the estimate from the header and the loaded model agree."""
+    from specdesk.engine.model import Model
+    from specdesk.library.gguf import estimate_memory
+
+    path = MODELS / REAL[0]
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in models/")
+    m = Model(path)
+    try:
+        per_token = m.kv_bytes_per_token()
+    finally:
+        m.close()
+    assert per_token == 30 * 3 * (64 + 64) * 2  # SmolLM2: 30 layers, 3 KV heads of 64
+    assert estimate_memory(validate_gguf(path), 4096)["kv_bytes"] == 4096 * per_token

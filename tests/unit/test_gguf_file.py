@@ -10,13 +10,14 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
 from specdesk.errors import ModelFileError
-from specdesk.library import gguf_file
-from specdesk.library.gguf_file import (
+from specdesk.library.gguf import reader
+from specdesk.library.gguf import (
     SUPPORTED_ARCHITECTURES,
     GGUFArray,
     GGUFFile,
@@ -177,7 +178,9 @@ def test_lazy_arrays_are_skipped_then_loadable():
     assert isinstance(tokens, GGUFArray) and len(tokens) == 49152
     assert lazy.get("general.languages") == ["en"]  # short arrays are still read
     assert load_array(lazy, "tokenizer.ggml.tokens") == full.get("tokenizer.ggml.tokens")
-    assert load_array(lazy, "tokenizer.ggml.token_type") == full.get("tokenizer.ggml.token_type")
+    types = load_array(lazy, "tokenizer.ggml.token_type")
+    assert isinstance(types, np.ndarray) and not types.flags.writeable  # long arrays stay compact
+    assert np.array_equal(types, full.get("tokenizer.ggml.token_type"))
     assert vocab_from_gguf(lazy)["tokens"] == full.get("tokenizer.ggml.tokens")
     assert [t for t in lazy.tensors] == [t for t in full.tensors]
 
@@ -281,7 +284,7 @@ def test_unreadable_file_simulated(tmp_path, monkeypatch):
     def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(gguf_file, "open", deny, raising=False)
+    monkeypatch.setattr(reader, "open", deny, raising=False)
     assert expect_error(path) == "model.gguf: permission denied"
 
 
@@ -671,3 +674,64 @@ def test_memory_estimate_counts_the_cpu_repacked_copy(tmp_path):
     assert rep["ram_bytes"] == plain["ram_bytes"] + want
     offloaded = estimate_memory(g, n_ctx=1024, n_gpu_layers=-1, repack_types={"Q4_K"})
     assert offloaded["repack_bytes"] == 0
+
+
+# --------------------------------------------------------------------------------------
+# Issue 11: duplicate tokens as llama.cpp sees them, recurrent architectures
+# --------------------------------------------------------------------------------------
+
+
+def _with_tokens(tiny: Path, dst: Path, **edits: bytes) -> Path:
+    tokens = list(read_gguf(tiny, load=["tokenizer.ggml.tokens"]).get("tokenizer.ggml.tokens").iter_raw())
+    for i, raw in edits.items():
+        tokens[int(i[1:])] = raw
+    return rebuild_gguf(tiny, dst, set_kv={"tokenizer.ggml.tokens": (VT.ARRAY, (VT.STRING, tokens))})
+
+
+def test_equal_invalid_utf8_tokens_are_duplicates(tmp_path, tiny):
+    """Issue 11, defect 2: \\xff, \\xfe, \\xfe used to pass (only the first U+FFFD text
+    was compared by its bytes); llama.cpp aborts on it. The agreement test shows the abort."""
+    path = _with_tokens(tiny, tmp_path / "model.gguf", t300=b"\xff", t301=b"\xfe", t302=b"\xfe")
+    assert expect_error(path) == "model.gguf: duplicate token b'\\xfe' (ids 301 and 302) in tokenizer.ggml.tokens"
+
+
+def test_empty_token_and_its_placeholder_are_duplicates(tmp_path, tiny):
+    """llama.cpp names an empty token "[EMPTY_<id>]", which another token can already be."""
+    path = _with_tokens(tiny, tmp_path / "model.gguf", t300=b"", t301=b"[EMPTY_300]")
+    expect_error(path, "duplicate token '[EMPTY_300]' (ids 300 and 301)")
+
+
+def test_the_first_duplicate_in_id_order_is_named(tmp_path, tiny):
+    path = _with_tokens(tiny, tmp_path / "model.gguf", t310=b"\xc0\xc1", t330=b"x\0y", t320=b"x", t340=b"\xc0\xc1")
+    expect_error(path, "duplicate token 'x' (ids 320 and 330)")
+
+
+def test_byte_token_length_counts_raw_bytes(tmp_path, tiny):
+    """A BYTE token of one invalid byte is 1 byte to llama.cpp (U+FFFD is 3 when encoded)."""
+    path = _with_tokens(tiny, tmp_path / "model.gguf", t68=b"\xff")
+    expect_error(path, "byte token 68 b'\\xff' is not of the form <0xNN>")
+
+
+def _as_arch(tiny: Path, dst: Path, arch: str) -> Path:
+    g = read_gguf(tiny)
+    set_kv: dict = {"general.architecture": (VT.STRING, arch)}
+    for key, value in g.metadata.items():
+        if key.startswith("llama."):
+            set_kv[key] = None
+            set_kv[arch + key[len("llama"):]] = (g.value_types[key][0], value)
+    return rebuild_gguf(tiny, dst, set_kv=set_kv)
+
+
+@pytest.mark.parametrize("arch, kind", [("mamba", "recurrent"), ("rwkv6", "recurrent"),
+                                        ("jamba", "a hybrid"), ("qwen35", "a hybrid")])
+def test_recurrent_architectures_are_refused(tmp_path, tiny, arch, kind):
+    """Issue 11, defect 8: speculative decoding rolls back the rejected draft tokens, which
+    llama.cpp cannot do for a recurrent state (llama_memory_seq_rm fails mid-generation).
+    Such files used to pass; now validation says why, and inspection still works."""
+    path = _as_arch(tiny, tmp_path / "model.gguf", arch)
+    assert expect_error(path) == (
+        f"model.gguf: architecture '{arch}' is {kind}{'' if kind == 'recurrent' else ' of attention and recurrent layers'}; "
+        "speculative decoding must roll back rejected draft tokens, which llama.cpp cannot do for its state"
+    )
+    assert validate_gguf(path, allow_recurrent=True).architecture == arch  # otherwise a sound file
+    assert inspect_gguf(path)["architecture"] == arch

@@ -18,6 +18,13 @@ lazily and skips the semantic checks) and vocab_from_gguf are held to the same p
 (inspect_gguf on every tiny-model case, on the valid real-header cases). Hypothesis runs derandomized
 (reproducible in CI) without an example database; the case counts are summed and
 reported by the last test, which asserts at least 10,000 cases ran.
+
+Every validate_gguf call is also measured (issue 11, defect 3), with bounds that are
+structural, not timed: its peak memory (tracemalloc, on a sample of the cases) is at
+most ``MEM_PER_BYTE`` times the file's size plus ``MEM_SLACK``; it opens the file at
+most once; and it reads each
+byte it touches at most ``REREAD`` times (plus the read-ahead window), which a quadratic
+reader cannot meet. The validation times are recorded and the worst is printed.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +41,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdesk.errors import ModelFileError
-from specdesk.library.gguf_file import GGUFFile, inspect_gguf, validate_gguf, vocab_from_gguf
+from specdesk.library.gguf import GGUFFile, inspect_gguf, reader, validate_gguf, vocab_from_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
+from io_count import CountingOpen  # noqa: E402
 from tiny_gguf import (  # noqa: E402
     INTERESTING_U32,
     INTERESTING_U64,
@@ -61,6 +70,29 @@ N_TOTAL_MIN = 10_000
 CASES: dict[str, int] = {}
 TIMES: dict[str, float] = {}
 OUTCOMES: dict[str, dict[str, int]] = {}
+
+# The bounds on one validate_gguf call (see the module docstring).
+MEM_PER_BYTE = 16  # reader.py documents peak <= 16 x header bytes + 1 MiB
+MEM_SLACK = 1 << 20
+REREAD = 3
+#: Peak memory is measured on every n-th case (the tiny models' cases are cheap).
+TRACE_EVERY = {"tiny-spm": 2, "tiny-bpe": 2, "smollm2": 10, "qwen0.5b": 10}
+READ_SLACK = 2 << 20  # read-ahead windows run up to 1 MiB past what is needed
+
+
+@dataclass
+class Worst:
+    """The worst validate_gguf call seen per measure: (value, file size, ops)."""
+
+    seconds: tuple = (0.0, 0, None)
+    peak: tuple = (0, 0, None)
+    peak_ratio: tuple = (0.0, 0, None)
+    reread: tuple = (0.0, 0, None)
+    traced: int = 0  # cases whose peak memory was measured
+
+
+WORST: dict[str, Worst] = {}
+COUNTER = CountingOpen()
 
 
 def fuzz_settings(n: int):
@@ -194,7 +226,7 @@ def check_case(name: str, base: Base, path: Path, ops: list[tuple], tail: int, i
     if inspect:
         check_inspect(path, ops)
     try:
-        g = validate_gguf(path)
+        g = measured_validate(name, path, ops, trace=CASES[name] % TRACE_EVERY[name] == 1)
     except ModelFileError as e:
         check_error(e, path, ops)
         outcome["rejected"] += 1
@@ -210,9 +242,42 @@ def check_case(name: str, base: Base, path: Path, ops: list[tuple], tail: int, i
     outcome["valid"] += 1
 
 
-def run_fuzz(name: str, key: str, n: int, bases: dict, workdir: Path, inspect_all: bool) -> None:
+def measured_validate(name: str, path: Path, ops: list[tuple], trace: bool) -> GGUFFile:
+    """validate_gguf(path), with the bounds asserted: opens and bytes read always; with
+    ``trace``, the peak memory too (tracemalloc slows allocation-heavy code up to 10x,
+    so it samples the cases, and only untraced calls are timed)."""
+    COUNTER.reset()
+    if trace:
+        tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        return validate_gguf(path)
+    finally:
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1] if trace else 0
+        tracemalloc.stop()
+        size = path.stat().st_size
+        ratio = peak / max(size, 1)
+        w = WORST.setdefault(name, Worst())
+        if not trace and seconds > w.seconds[0]:
+            w.seconds = (seconds, size, ops)
+        if peak > w.peak[0]:
+            w.peak = (peak, size, ops)
+        if ratio > w.peak_ratio[0]:
+            w.peak_ratio = (ratio, size, ops)
+        if COUNTER.reread > w.reread[0]:
+            w.reread = (COUNTER.reread, size, ops)
+        w.traced += trace
+        assert peak <= MEM_PER_BYTE * size + MEM_SLACK, f"peak {peak:,} bytes for a file of {size:,} (ops {ops})"
+        assert COUNTER.opened <= 1, f"opened the file {COUNTER.opened} times (ops {ops})"
+        assert COUNTER.bytes_read <= REREAD * COUNTER.extent + READ_SLACK, (
+            f"read {COUNTER.bytes_read:,} bytes of the first {COUNTER.extent:,} (ops {ops})")
+
+
+def run_fuzz(name: str, key: str, n: int, bases: dict, workdir: Path, inspect_all: bool, monkeypatch) -> None:
     base = get_base(bases, workdir, key)
     path = workdir / f"candidate-{name}.gguf"
+    monkeypatch.setattr(reader, "open", COUNTER, raising=False)
 
     @fuzz_settings(n)
     @given(ops=mutation_ops(base), tail=tail_sizes(base))
@@ -224,20 +289,20 @@ def run_fuzz(name: str, key: str, n: int, bases: dict, workdir: Path, inspect_al
     TIMES[name] = time.perf_counter() - start
 
 
-def test_fuzz_tiny_llama_spm(bases, workdir):
-    run_fuzz("tiny-spm", "spm", N_TINY_SPM, bases, workdir, inspect_all=True)
+def test_fuzz_tiny_llama_spm(bases, workdir, monkeypatch):
+    run_fuzz("tiny-spm", "spm", N_TINY_SPM, bases, workdir, True, monkeypatch)
 
 
-def test_fuzz_tiny_llama_bpe(bases, workdir):
-    run_fuzz("tiny-bpe", "bpe", N_TINY_BPE, bases, workdir, inspect_all=True)
+def test_fuzz_tiny_llama_bpe(bases, workdir, monkeypatch):
+    run_fuzz("tiny-bpe", "bpe", N_TINY_BPE, bases, workdir, True, monkeypatch)
 
 
-def test_fuzz_smollm2_header(bases, workdir):
-    run_fuzz("smollm2", "smol", N_SMOL, bases, workdir, inspect_all=False)
+def test_fuzz_smollm2_header(bases, workdir, monkeypatch):
+    run_fuzz("smollm2", "smol", N_SMOL, bases, workdir, False, monkeypatch)
 
 
-def test_fuzz_qwen_header(bases, workdir):
-    run_fuzz("qwen0.5b", "qwen", N_QWEN, bases, workdir, inspect_all=False)
+def test_fuzz_qwen_header(bases, workdir, monkeypatch):
+    run_fuzz("qwen0.5b", "qwen", N_QWEN, bases, workdir, False, monkeypatch)
 
 
 def test_fuzz_case_count(capsys):
@@ -248,8 +313,15 @@ def test_fuzz_case_count(capsys):
     for name in names:
         if name in CASES:
             o = OUTCOMES[name]
+            w = WORST[name]
             lines.append(f"  {name}: {CASES[name]:,} cases ({o['valid']:,} valid, {o['rejected']:,} rejected) "
-                         f"in {TIMES.get(name, 0.0):.1f} s")
+                         f"in {TIMES.get(name, 0.0):.1f} s; worst validation {w.seconds[0] * 1000:.1f} ms, "
+                         f"worst peak {w.peak[0] / 2**20:.2f} MiB (file {w.peak[1] / 2**20:.1f} MiB; {w.traced:,} traced), "
+                         f"worst peak/size {w.peak_ratio[0]:.2f}, worst re-read {w.reread[0]:.2f}x")
+    if WORST:
+        slowest = max(WORST.items(), key=lambda kv: kv[1].seconds[0])
+        lines.append(f"  slowest validation: {slowest[1].seconds[0] * 1000:.1f} ms ({slowest[0]}, "
+                     f"{slowest[1].seconds[1]:,} bytes, ops {slowest[1].seconds[2]})")
     with capsys.disabled():  # shown in the normal (captured, -q) run
         print("\n" + "\n".join(lines))
     if any(name not in CASES for name in names):

@@ -20,6 +20,7 @@ from typing import Callable
 import llama_cpp
 
 from ..errors import ModelFileError, SpecDeskError
+from . import kv
 from .vocab import VocabInfo
 
 log = logging.getLogger(__name__)
@@ -256,15 +257,14 @@ class Model:
     def head_dims(self) -> tuple[int, int]:
         """(key_length, value_length) per head, from the GGUF or n_embd / n_head."""
         arch = self.meta("general.architecture") or ""
-        default = self.shape.n_embd // max(1, self.shape.n_head)
         k = self.meta(f"{arch}.attention.key_length")
         v = self.meta(f"{arch}.attention.value_length")
-        return (int(k) if k else default, int(v) if v else default)
+        return kv.head_dims(self.shape.n_embd, self.shape.n_head, int(k) if k else None, int(v) if v else None)
 
     def kv_bytes_per_token(self, cache_type_bytes: float = 2.0) -> float:
-        """KV cache bytes per context position: layers x (K + V dims) x bytes."""
+        """KV cache bytes per context position (engine.kv's formula)."""
         k, v = self.head_dims()
-        return self.shape.n_layer * self.shape.n_head_kv * (k + v) * cache_type_bytes
+        return kv.kv_bytes_per_token([self.shape.n_head_kv] * self.shape.n_layer, k, v, cache_type_bytes)
 
     def close(self) -> None:
         if self._model is not None:

@@ -7,8 +7,9 @@ Mirrors ``common_speculative_are_compatible`` (llama.cpp common/speculative.cpp)
 4. the token text is identical from id 5 (SPEC_VOCAB_CHECK_START_TOKEN_ID) up to
    the smaller size.
 
-Pure: a VocabInfo can come from a loaded model or from GGUF metadata, so the model
-library can pair files without loading their weights.
+Pure (no llama_cpp): a VocabInfo can come from a loaded model (``Model.vocab_info``,
+which the session checks) or from GGUF metadata (``library.gguf.vocab_info_from_gguf``,
+which draft pairing checks), and both go through these same rules.
 """
 
 from __future__ import annotations

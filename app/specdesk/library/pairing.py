@@ -1,16 +1,23 @@
-"""Which drafts can speculate for a target: llama.cpp's vocabulary rules, applied
-to vocab-only loads (no weights), after each file passed GGUF validation.
+"""Which drafts can speculate for a target: llama.cpp's vocabulary rules, applied to
+the vocabularies GGUF files describe, after each file passed GGUF validation.
 
-The CLI's ``models check-pair`` and ``models drafts``, the app's draft picker and
-the model library all use this module.
+The rules are ``engine.vocab``'s (llama.cpp's ``common_speculative_are_compatible``),
+the same code the session applies to two loaded models. Here they run on the
+:class:`~specdesk.engine.vocab.VocabInfo` that ``library.gguf`` derives from each
+file's metadata the way llama.cpp's vocabulary loader does (tokens, tokenizer type,
+BOS/EOS and add-BOS/EOS with llama.cpp's defaults). No model is ever loaded here, so
+pairing a whole library is a header read per file, and a hostile file is at worst
+refused by validation -- it never reaches llama.cpp.
 
-Pairing a target against a whole library would load every vocabulary each time,
-so each file's vocabulary is summarised once in a *fingerprint*, cached by path +
-size + mtime: the vocab type, the special tokens, the size, and hashes of the
-token texts from id 5 up to every size within 128 of the file's own (the only
-sizes a compatible partner can share with it). Two fingerprints decide every rule
-exactly; only to name the first differing token of an incompatible pair are the
-two vocabularies loaded again.
+The CLI's ``models check-pair`` and ``models drafts``, the app's draft picker and the
+model library all use this module.
+
+Pairing a target against a whole library would read every vocabulary each time, so
+each file's vocabulary is summarised once in a *fingerprint*, cached by path + size +
+mtime: the vocab type, the special tokens, the size, and hashes of the token texts
+from id 5 up to every size within 128 of the file's own (the only sizes a compatible
+partner can share with it). Two fingerprints decide every rule exactly; only to name
+the first differing token of an incompatible pair are the two vocabularies read again.
 """
 
 from __future__ import annotations
@@ -22,30 +29,36 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..engine.model import Model
-from ..engine.vocab import CHECK_START_TOKEN_ID, MAX_SIZE_DIFFERENCE, Compatibility, check_compatible, check_header
+from ..engine.vocab import (
+    CHECK_START_TOKEN_ID,
+    MAX_SIZE_DIFFERENCE,
+    Compatibility,
+    VocabInfo,
+    check_compatible,
+    check_header,
+)
 from ..errors import Cancelled, SpecDeskError
-from ..jsonfile import read_object, write_atomic
+from ..files import read_json_object, write_json_atomic
 from ..paths import user_cache_dir
-from .gguf_file import validate_gguf
+from .gguf import validate_gguf, vocab_info_from_gguf
 
 log = logging.getLogger(__name__)
 _cache_lock = threading.Lock()
 
+Cancel = Callable[[], bool]
 
-def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
-    """The exact check: both vocabularies loaded, every rule applied in llama.cpp's order."""
-    validate_gguf(target)
-    validate_gguf(draft)
-    t = Model(target, vocab_only=True)
-    try:
-        d = Model(draft, vocab_only=True)
-        try:
-            return check_compatible(t.vocab_info(), d.vocab_info())
-        finally:
-            d.close()
-    finally:
-        t.close()
+#: Version of the fingerprint cache entries; entries of another version are ignored.
+CACHE_VERSION = 2
+
+
+def vocab_of(path: str | Path, cancel: Cancel | None = None) -> VocabInfo:
+    """The vocabulary llama.cpp would build from the file (validated first)."""
+    return vocab_info_from_gguf(validate_gguf(path, cancel=cancel), cancel)
+
+
+def check_pair(target: str | Path, draft: str | Path, cancel: Cancel | None = None) -> Compatibility:
+    """The exact check: both vocabularies read, every rule applied in llama.cpp's order."""
+    return check_compatible(vocab_of(target, cancel), vocab_of(draft, cancel))
 
 
 @dataclass(frozen=True)
@@ -63,8 +76,7 @@ class Fingerprint:
         return self.hashes.get(str(m))
 
 
-def fingerprint_of(model: Model) -> Fingerprint:
-    vi = model.vocab_info()
+def fingerprint_of(vi: VocabInfo) -> Fingerprint:
     n = vi.n_tokens
     lo = max(CHECK_START_TOKEN_ID, n - MAX_SIZE_DIFFERENCE)
     h = hashlib.sha256()
@@ -83,15 +95,29 @@ def _cache_file() -> Path:
 
 
 def _read_cache() -> dict:
-    return read_object(_cache_file(), "vocabulary cache")
+    return read_json_object(_cache_file(), "vocabulary cache")
 
 
 def _write_cache(data: dict) -> None:
     f = _cache_file()
     try:
-        write_atomic(f, data)
+        write_json_atomic(f, data)
     except OSError as e:  # a cache is an optimisation: never fail the user's work over it
         log.warning("cannot write the vocabulary cache %s: %s", f, e)
+
+
+def _cached(entry: object, stamp: str) -> Fingerprint | None:
+    """The fingerprint in a cache entry of this version and stamp, if it is well formed."""
+    if not isinstance(entry, dict) or entry.get("v") != CACHE_VERSION or entry.get("stamp") != stamp:
+        return None
+    fp = entry.get("fp")
+    try:
+        out = Fingerprint(**fp)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    ok = (all(isinstance(getattr(out, k), int) for k in ("vocab_type", "n_tokens", "bos", "eos"))
+          and isinstance(out.hashes, dict))
+    return out if ok else None
 
 
 def _key(path: Path) -> tuple[str, str]:
@@ -100,31 +126,26 @@ def _key(path: Path) -> tuple[str, str]:
     return real, f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def fingerprint(path: str | Path, use_cache: bool = True) -> Fingerprint:
-    """The file's vocabulary fingerprint (validated, vocab-only load, cached)."""
+def fingerprint(path: str | Path, use_cache: bool = True, cancel: Cancel | None = None) -> Fingerprint:
+    """The file's vocabulary fingerprint (validated, read from the metadata, cached)."""
     path = Path(path)
     real, stamp = _key(path)
     if use_cache:
         with _cache_lock:
-            hit = _read_cache().get(real)
-        if hit and hit.get("stamp") == stamp:
-            return Fingerprint(**hit["fp"])
-    validate_gguf(path)
-    m = Model(path, vocab_only=True)
-    try:
-        fp = fingerprint_of(m)
-    finally:
-        m.close()
+            hit = _cached(_read_cache().get(real), stamp)
+        if hit is not None:
+            return hit
+    fp = fingerprint_of(vocab_of(path, cancel))
     with _cache_lock:
         data = _read_cache()
-        data[real] = {"stamp": stamp, "fp": asdict(fp)}
+        data[real] = {"v": CACHE_VERSION, "stamp": stamp, "fp": asdict(fp)}
         _write_cache(data)
     return fp
 
 
 def compare(target: Fingerprint, draft: Fingerprint) -> Compatibility | None:
     """llama.cpp's rules on fingerprints; None when only the texts' first difference
-    is unknown (the pair is then incompatible: load both to name the token)."""
+    is unknown (the pair is then incompatible: read both to name the token)."""
     bad = check_header(target, draft)
     if bad is not None:
         return bad
@@ -162,7 +183,7 @@ def drafts_for(
 ) -> list[DraftCandidate]:
     """Every candidate (path, name) checked against the target: compatible drafts
     first, smallest (cheapest to run) first; then the others with their reason."""
-    tfp = fingerprint(target)
+    tfp = fingerprint(target, cancel=cancel)
     treal = Path(target).resolve()
     items = [(Path(p), n) for p, n in candidates if Path(p).resolve() != treal]
     out: list[DraftCandidate] = []
@@ -173,9 +194,11 @@ def drafts_for(
             progress(f"checking {name}", i / max(1, len(items)))
         try:
             size = p.stat().st_size
-            res = compare(tfp, fingerprint(p))
+            res = compare(tfp, fingerprint(p, cancel=cancel))
             if res is None:
-                res = check_pair(target, p)
+                res = check_pair(target, p, cancel)
+        except Cancelled:
+            raise
         except SpecDeskError as e:
             out.append(DraftCandidate(p, name, 0, False, str(e), "unreadable"))
             continue

@@ -14,6 +14,7 @@ crash on one bad file cannot take pytest -- or the rest of the batch -- down.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,10 @@ def _run(paths: list[str], vocab_only: bool, timeout: float) -> tuple[dict[int, 
     args = [sys.executable, str(Path(__file__).resolve())] + (["--vocab-only"] if vocab_only else [])
     timed_out = False
     try:
+        # GGML_NO_BACKTRACE: on an abort, ggml would otherwise attach gdb to print a trace
+        env = dict(os.environ, GGML_NO_BACKTRACE="1")
         proc = subprocess.run(args, input="".join(p + "\n" for p in paths), capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env=env)
         out = proc.stdout
     except subprocess.TimeoutExpired as e:
         timed_out = True

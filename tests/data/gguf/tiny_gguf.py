@@ -13,6 +13,7 @@ Used by tests/unit/test_gguf_fuzz.py and tests/integration/test_gguf_llama_agree
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from dataclasses import dataclass
@@ -234,7 +235,7 @@ def header_fields(data: bytes, g, max_array_strings: int = 64) -> Fields:
     f = Fields([], [], [], [], [8, 16], [], [], [], [], g.header_end)
     u64 = struct.Struct("<Q").unpack_from
     u32 = struct.Struct("<I").unpack_from
-    for key, start in g.kv_offsets.items():
+    for start in g.kv_offsets.values():
         klen = u64(data, start)[0]
         f.u64_len.append(start)
         f.str_data.append((start + 8, klen))
@@ -431,20 +432,33 @@ def encode_gguf(
     return bytes(out)
 
 
+def _plain(value):
+    """A metadata value as encode_value takes it: raw bytes for strings of a
+    StringArray (kept exactly, invalid UTF-8 included), Python numbers for numpy."""
+    from specdesk.library.gguf import StringArray
+
+    if isinstance(value, StringArray):
+        return list(value.iter_raw())
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
 def rebuild_gguf(src: str | Path, dst: str | Path, *, set_kv: dict | None = None, tensor_map=None,
-                 extra_tensors: list[tuple[str, tuple[int, ...], int]] = ()) -> Path:
+                 extra_tensors: list[tuple[str, tuple[int, ...], int]] = (), sparse: bool = False) -> Path:
     """Copy a (valid) GGUF with edited metadata and/or tensors.
 
     ``set_kv`` maps key -> (value type, value) to add/replace, or None to delete.
     ``tensor_map(TensorInfo)`` returns (name, dims, ggml type) or None to drop the
     tensor; each kept tensor keeps its data bytes (cut or zero-padded to its new size,
     laid out contiguously again). ``extra_tensors`` (name, dims, ggml type) are appended
-    with zero data.
+    with zero data. ``sparse``: write no tensor data at all, only a hole of the right
+    size (for header-only checks of files with large tensors).
     """
-    from specdesk.library.gguf_file import read_gguf
+    from specdesk.library.gguf import read_gguf
 
-    g = read_gguf(src)
-    raw = Path(src).read_bytes()
+    g = read_gguf(src, load=[k for k, (vt, et) in read_gguf(src, lazy_arrays=True).value_types.items() if et == VT.STRING])
+    raw = b"" if sparse else Path(src).read_bytes()
     kvs = []
     edits = dict(set_kv or {})
     alignment = g.alignment
@@ -458,7 +472,7 @@ def rebuild_gguf(src: str | Path, dst: str | Path, *, set_kv: dict | None = None
             if new is not None:
                 kvs.append((key, *new))
             continue
-        kvs.append((key, vtype, (etype, value) if vtype == VT.ARRAY else value))
+        kvs.append((key, vtype, (etype, _plain(value)) if vtype == VT.ARRAY else value))
     for key, new in edits.items():
         if new is not None:
             kvs.append((key, *new))
@@ -471,12 +485,49 @@ def rebuild_gguf(src: str | Path, dst: str | Path, *, set_kv: dict | None = None
         name, dims, ggml_type = spec
         block, type_size = gguf.GGML_QUANT_SIZES[Q(ggml_type)] if ggml_type in set(Q) else (1, 1)
         n_bytes = int(np.prod(dims)) // block * type_size
-        blob = b"" if t is None else raw[t.offset : t.offset + min(n_bytes, t.n_bytes)]
-        blob = blob.ljust(n_bytes, b"\0")
         tensors.append((name, tuple(dims), ggml_type, rel))
-        blob += bytes(-len(blob) % alignment)
-        blobs.append(blob)
-        rel += len(blob)
+        padded = n_bytes + (-n_bytes % alignment)
+        if not sparse:
+            blob = b"" if t is None else raw[t.offset : t.offset + min(n_bytes, t.n_bytes)]
+            blobs.append(blob.ljust(padded, b"\0"))
+        rel += padded
+    if sparse:
+        head = encode_gguf(kvs, tensors, version=g.version, alignment=alignment, data=b"")
+        with open(dst, "wb") as f:
+            f.write(head)
+            f.truncate(len(head) + rel)
+        return Path(dst)
     out = encode_gguf(kvs, tensors, version=g.version, alignment=alignment, data=b"".join(blobs))
     Path(dst).write_bytes(out)
     return Path(dst)
+
+
+# --------------------------------------------------------------------------------------
+# Crafted worst cases
+# --------------------------------------------------------------------------------------
+
+
+def look_alike_tokens(n: int) -> list[bytes]:
+    """``n`` (at most 64**3 = 262,144) distinct 3-byte tokens made of UTF-8 continuation
+    bytes only: all invalid UTF-8, all decoding to the same text (three U+FFFD), all
+    different to llama.cpp. The worst case for a check that compares decoded texts."""
+    if n > 64**3:
+        raise ValueError("at most 262,144 look-alike tokens")
+    return [bytes(c) for c in itertools.islice(itertools.product(range(0x80, 0xC0), repeat=3), n)]
+
+
+def write_big_vocab_llama(path: str | Path, tokens: list[bytes], base: str | Path | None = None) -> Path:
+    """A complete tiny BPE llama model whose vocabulary is ``tokens``: token types,
+    vocab_size and token_embd's shape follow. The tensor data is a sparse hole (header
+    checks never read it)."""
+    path = Path(path)
+    if base is None:
+        base = write_tiny_llama(path.with_suffix(".base.gguf"), TinySpec(tokenizer="bpe"))
+    n = len(tokens)
+    return rebuild_gguf(
+        base, path, sparse=True,
+        set_kv={"tokenizer.ggml.tokens": (VT.ARRAY, (VT.STRING, tokens)),
+                "tokenizer.ggml.token_type": (VT.ARRAY, (VT.INT32, [1] * n)),
+                "llama.vocab_size": (VT.UINT32, n)},
+        tensor_map=lambda t: (t.name, (t.shape[0], n) if t.name == "token_embd.weight" else t.shape, t.ggml_type),
+    )

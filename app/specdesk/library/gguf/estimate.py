@@ -1,0 +1,156 @@
+"""An estimate of the RAM and VRAM llama.cpp needs for a GGUF file, from its header."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ...engine.kv import head_dims, kv_bytes_per_layer
+from .arrays import GGUFArray, StringArray
+from .header import GGUFFile
+from .rules import K
+from .spec import LLAMA_MAX_LAYERS
+
+_BLK_RE = re.compile(r"^blk\.([0-9]+)\.")
+
+
+def layer_of(name: str) -> int | None:
+    m = _BLK_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def md_int(g: GGUFFile, key: str) -> int | None:
+    v = g.metadata.get(key)
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    return None
+
+
+def md_layers(g: GGUFFile, key: str, n_layer: int) -> list[int] | None:
+    v = g.metadata.get(key)
+    if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, int) for x in v):
+        return [int(x) for x in v]
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v] * n_layer
+    return None
+
+
+def estimate_memory(
+    g: GGUFFile,
+    n_ctx: int,
+    n_gpu_layers: int = 0,
+    cache_type_bytes: float = 2.0,
+    n_batch: int = 512,
+    repack_types: Iterable[str] = (),
+) -> dict:
+    """Estimate the memory llama.cpp needs for this model, split into RAM and VRAM.
+
+    * Repacked weights: on CPUs where llama.cpp repacks some quantizations into an
+      interleaved layout for faster matrix products (``repack_types``, e.g. Q4_0 and
+      Q4_K with AVX2; see ``specdesk.engine.model.repack_types``), it keeps a second,
+      repacked copy of every such 2-D weight that stays on the CPU (token_embd is
+      not repacked). The mapped file stays resident too, so this is extra RAM.
+
+    * Weights: the sum of the tensors' sizes. Like llama.cpp, the last ``n_gpu_layers``
+      layers (``blk.i`` with ``i >= n_layer - n_gpu_layers``) go to the GPU; the output
+      layer (output.weight, output_norm and other global tensors) goes too when
+      ``n_gpu_layers > n_layer``; token_embd always stays in RAM. A model with tied
+      embeddings (no output.weight) gets a second copy of token_embd on the GPU as its
+      output layer when that is offloaded. A negative ``n_gpu_layers`` means all layers.
+    * KV cache: ``specdesk.engine.kv``'s formula, the one the engine uses for loaded
+      models: ``n_ctx x (key_length + value_length) x head_count_kv x cache_type_bytes``
+      per layer (key_length defaults to embedding_length / head_count; value_length
+      likewise); on the GPU for offloaded layers.
+    * Compute buffers, an approximation of llama.cpp's worst-case graph: with
+      ``n_out = min(n_batch, n_ctx)`` tokens in a batch, ``logits = 4 x n_vocab x n_out``
+      (float32 logits of every batch token; in RAM unless the output layer is offloaded)
+      plus the activations of one layer, ``4 x n_out x (n_head x n_ctx + 4 x n_embd +
+      2 x n_ff)`` (attention scores over the context, residual/norm/attention outputs and
+      the feed-forward intermediates; on the GPU when any layer is offloaded).
+
+    Returns integers: weights_bytes, repack_bytes, kv_bytes, compute_bytes, ram_bytes,
+    vram_bytes, n_ctx, n_gpu_layers.
+    """
+    arch = g.architecture or ""
+
+    def key(template: str) -> str:
+        return template.format(arch=arch)
+
+    layer_ids = {i for i in (layer_of(t.name) for t in g.tensors) if i is not None}
+    n_layer = md_int(g, key(K.LLM.BLOCK_COUNT)) or 0
+    if not 0 < n_layer <= LLAMA_MAX_LAYERS:  # missing or implausible: count the layers
+        n_layer = len(layer_ids)
+    ngl = n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
+    first_gpu_layer = n_layer - ngl
+    output_on_gpu = ngl > n_layer
+
+    w_ram = w_vram = 0
+    repack = 0
+    repackable = set(repack_types)
+    embd_bytes = 0
+    for t in g.tensors:
+        layer = layer_of(t.name)
+        if layer is not None:
+            on_gpu = ngl > 0 and layer >= first_gpu_layer
+        elif t.name.startswith("token_embd"):
+            on_gpu = False
+            if t.name == "token_embd.weight":
+                embd_bytes = t.n_bytes
+        else:
+            on_gpu = output_on_gpu
+        if on_gpu:
+            w_vram += t.n_bytes
+        else:
+            w_ram += t.n_bytes
+            if t.type_name in repackable and len(t.shape) == 2 and not t.name.startswith("token_embd"):
+                repack += t.n_bytes
+    if output_on_gpu and g.tensor("output.weight") is None:
+        w_vram += embd_bytes  # tied embeddings: the output layer gets its own copy
+
+    n_embd = md_int(g, key(K.LLM.EMBEDDING_LENGTH)) or 0
+    n_head = md_layers(g, key(K.Attention.HEAD_COUNT), n_layer) or [0] * n_layer
+    n_head_kv = md_layers(g, key(K.Attention.HEAD_COUNT_KV), n_layer) or list(n_head)
+    n_ff = md_layers(g, key(K.LLM.FEED_FORWARD_LENGTH), n_layer) or [0] * n_layer
+    head0 = max(n_head) if n_head else 0
+    head_k, head_v = head_dims(n_embd, head0, md_int(g, key(K.Attention.KEY_LENGTH)), md_int(g, key(K.Attention.VALUE_LENGTH)))
+
+    kv_ram = kv_vram = 0.0
+    for il in range(n_layer):
+        layer_bytes = kv_bytes_per_layer(n_ctx, n_head_kv[il], head_k, head_v, cache_type_bytes)
+        if ngl > 0 and il >= first_gpu_layer:
+            kv_vram += layer_bytes
+        else:
+            kv_ram += layer_bytes
+
+    n_vocab = md_int(g, key(K.LLM.VOCAB_SIZE))
+    if n_vocab is None:
+        tokens = g.metadata.get(K.Tokenizer.LIST)
+        n_vocab = len(tokens) if isinstance(tokens, (list, StringArray, GGUFArray)) else 0
+    n_out = max(0, min(n_batch, n_ctx))
+    logits = 4 * n_vocab * n_out
+    activations = 4 * n_out * (head0 * n_ctx + 4 * n_embd + 2 * (max(n_ff) if n_ff else 0))
+    c_ram = c_vram = 0
+    if output_on_gpu:
+        c_vram += logits
+    else:
+        c_ram += logits
+    if ngl > 0:
+        c_vram += activations
+    else:
+        c_ram += activations
+
+    weights = w_ram + w_vram
+    kv = int(kv_ram + kv_vram)
+    compute = c_ram + c_vram
+    return {
+        "weights_bytes": int(weights),
+        "repack_bytes": int(repack),
+        "kv_bytes": kv,
+        "compute_bytes": int(compute),
+        "ram_bytes": int(w_ram + repack + kv_ram + c_ram),
+        "vram_bytes": int(w_vram + kv_vram + c_vram),
+        "n_ctx": int(n_ctx),
+        "n_gpu_layers": int(ngl),
+    }

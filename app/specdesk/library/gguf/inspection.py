@@ -1,0 +1,76 @@
+"""``specdesk models inspect``: a JSON-serialisable summary of a GGUF file for users.
+
+Reads the header lazily and skips the semantic checks, so it also describes files
+``validate_gguf`` refuses (a recurrent architecture, an unknown tokenizer, ...).
+"""
+
+from __future__ import annotations
+
+import os
+
+import gguf
+
+from .arrays import GGUFArray, StringArray
+from .estimate import estimate_memory, md_int
+from .reader import read_gguf
+from .rules import K
+
+
+def _file_type_name(value: object) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        return gguf.LlamaFileType(value).name
+    except ValueError:
+        return f"UNKNOWN_{value}"
+
+
+def inspect_gguf(path: str | os.PathLike[str]) -> dict:
+    """A JSON-serialisable report about a model file (structure checked, arrays lazy)."""
+    g = read_gguf(path, lazy_arrays=True)
+    arch = g.architecture or ""
+    T = K.Tokenizer
+
+    def key(template: str) -> str:
+        return template.format(arch=arch)
+
+    def int_or_list(k: str) -> int | list[int] | None:
+        v = g.metadata.get(k)
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            return [int(x) for x in v]
+        return None
+
+    tensor_types: dict[str, int] = {}
+    for t in g.tensors:
+        tensor_types[t.type_name] = tensor_types.get(t.type_name, 0) + 1
+    tokens = g.metadata.get(T.LIST)
+    vocab_size = len(tokens) if isinstance(tokens, (list, StringArray, GGUFArray)) else md_int(g, key(K.LLM.VOCAB_SIZE))
+    template = g.metadata.get(T.CHAT_TEMPLATE)
+    name = g.metadata.get(K.General.NAME)
+    vocab_type = g.metadata.get(T.MODEL)
+    return {
+        "path": str(g.path),
+        "file_size": g.file_size,
+        "version": g.version,
+        "architecture": g.architecture,
+        "name": name if isinstance(name, str) else None,
+        "parameters": sum(t.n_elements for t in g.tensors),
+        "file_type": _file_type_name(g.metadata.get(K.General.FILE_TYPE)),
+        "tensor_types": dict(sorted(tensor_types.items())),
+        "layers": md_int(g, key(K.LLM.BLOCK_COUNT)),
+        "embedding_length": md_int(g, key(K.LLM.EMBEDDING_LENGTH)),
+        "head_count": int_or_list(key(K.Attention.HEAD_COUNT)),
+        "head_count_kv": int_or_list(key(K.Attention.HEAD_COUNT_KV)),
+        "context_length": md_int(g, key(K.LLM.CONTEXT_LENGTH)),
+        "vocab_type": vocab_type if isinstance(vocab_type, str) else None,
+        "vocab_size": vocab_size,
+        "has_chat_template": isinstance(template, str) and bool(template),
+        "chat_template_chars": len(template) if isinstance(template, str) else 0,
+        "bos_token_id": md_int(g, T.BOS_ID),
+        "eos_token_id": md_int(g, T.EOS_ID),
+        "memory": estimate_memory(g, 4096),
+    }

@@ -1,0 +1,310 @@
+"""A sequential reader over an untrusted file that checks every length before using it.
+
+The building block of :func:`~.reader.read_gguf`: every read first checks that the
+bytes exist, lengths read from the file are checked against the bytes left before
+anything is allocated, long arrays come out compact (numpy, StringArray) or as
+references, and ``cancel`` is checked in the long loops.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable
+from typing import BinaryIO
+
+import numpy as np
+
+from ...errors import Cancelled, ModelFileError
+from .arrays import GGUFArray, StringArray
+from .spec import (
+    KNOWN_VALUE_TYPES,
+    LAZY_ARRAY_MIN,
+    MAX_ARRAY_DEPTH,
+    MAX_STRING_BYTES,
+    NUMPY_DTYPES,
+    SCALAR_STRUCTS,
+    U32,
+    U64,
+    VT,
+)
+from .text import n as _n
+from .text import show as _show
+
+Cancel = Callable[[], bool]
+
+_CHUNK = 1 << 20  # the read-ahead window
+CANCEL_EVERY = 1 << 12  # entries/tensors between cancel checks
+_CANCEL_EVERY_ELEMENTS = 1 << 16  # array elements between cancel checks
+
+class Reader:
+    """Sequential reader over an open file with a sliding read-ahead window.
+
+    Every read first checks that the bytes exist (``pos + n <= size``); lengths read
+    from the file are checked against the bytes left before anything is allocated.
+    ``where`` names what is being read, for error messages.
+    """
+
+    def __init__(self, f: BinaryIO, size: int, label: str, max_array_len: int, cancel: Cancel | None = None) -> None:
+        self.f = f
+        self.size = size
+        self.label = label
+        self.max_array_len = max_array_len
+        self.cancel = cancel
+        self.buf = b""
+        self.base = 0
+        self.pos = 0
+        self.place: tuple[str, object] = ("the header", None)  # rendered only for a message
+
+    @property
+    def where(self) -> str:
+        """What is being read, for messages: "metadata key 'x'", "tensor info #3", ..."""
+        kind, what = self.place
+        if kind == "key":
+            return f"metadata key '{_show(what)}'"
+        if kind == "tensor":
+            return f"tensor '{_show(what)}'"
+        if kind == "entry":
+            return f"metadata entry #{what}"
+        if kind == "info":
+            return f"tensor info #{what}"
+        return kind
+
+    # -- errors -------------------------------------------------------------------------
+
+    def fail(self, problem: str) -> ModelFileError:
+        return ModelFileError(f"{self.label}: {problem}")
+
+    def _truncated(self, n: int) -> ModelFileError:
+        return self.fail(
+            f"truncated: {self.where} needs {_n(n)} bytes at byte {_n(self.pos)} "
+            f"but the file has {_n(self.size)} bytes"
+        )
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel():
+            raise Cancelled(f"{self.label}: checking the file was cancelled")
+
+    @property
+    def left(self) -> int:
+        return self.size - self.pos
+
+    # -- raw access -----------------------------------------------------------------------
+
+    def need(self, n: int) -> int:
+        """Make ``n`` bytes at ``pos`` available in ``buf``; return their index there."""
+        if n > self.size - self.pos:
+            raise self._truncated(n)
+        lo = self.pos - self.base
+        if 0 <= lo and lo + n <= len(self.buf):
+            return lo
+        self.f.seek(self.pos)
+        want = min(max(n, _CHUNK), self.size - self.pos)
+        self.buf = b""  # let the old window go before reading the new one
+        data = self.f.read(want)
+        if len(data) < n:
+            raise self.fail(f"the file changed while it was read (ended early at byte {_n(self.pos + len(data))})")
+        self.buf = data
+        self.base = self.pos
+        return 0
+
+    def read_exact(self, start: int, n: int) -> bytes:
+        """``n`` bytes at ``start`` (already bounds-checked), read directly."""
+        self.f.seek(start)
+        data = self.f.read(n)
+        if len(data) < n:
+            raise self.fail(f"the file changed while it was read (ended early at byte {_n(start + len(data))})")
+        return data
+
+    def u32(self) -> int:
+        lo = self.need(4)
+        self.pos += 4
+        return U32.unpack_from(self.buf, lo)[0]
+
+    def u64(self) -> int:
+        lo = self.need(8)
+        self.pos += 8
+        return U64.unpack_from(self.buf, lo)[0]
+
+    def check_length(self, n: int, item_bytes: int, what: str, at: int) -> None:
+        """A length read at byte ``at`` must fit (``n * item_bytes``) in the bytes left."""
+        if n * item_bytes > self.left:
+            raise self.fail(
+                f"corrupt or truncated: {what} at byte {_n(at)} in {self.where} is {_n(n)}, "
+                f"but only {_n(self.left)} bytes are left in the file"
+            )
+
+    def raw_string(self) -> bytes:
+        at = self.pos
+        n = self.u64()
+        self.check_length(n, 1, "string length", at)
+        if n > MAX_STRING_BYTES:
+            raise self.fail(f"string of {_n(n)} bytes at byte {_n(at)} in {self.where} exceeds the limit of {_n(MAX_STRING_BYTES)}")
+        lo = self.need(n)
+        self.pos += n
+        return self.buf[lo : lo + n]
+
+    # -- values ---------------------------------------------------------------------------
+
+    def scalar(self, vtype: int) -> object:
+        s = SCALAR_STRUCTS[vtype]
+        lo = self.need(s.size)
+        self.pos += s.size
+        v = s.unpack_from(self.buf, lo)[0]
+        return v != 0 if vtype == VT.BOOL else v
+
+    def value(self, vtype: int, lazy: bool, full: bool = False) -> tuple[object, int | None, GGUFArray | None]:
+        """Read one value of ``vtype``: (value, array element type or None, the array's
+        reference when it is a long array)."""
+        if vtype == VT.STRING:
+            return self.raw_string().decode("utf-8", "replace"), None, None
+        if vtype == VT.ARRAY:
+            etype, value, ref = self.array(1, lazy, full)
+            return value, etype, ref
+        return self.scalar(vtype), None, None
+
+    def array(self, depth: int, lazy: bool, full: bool = False) -> tuple[int, object, GGUFArray | None]:
+        """An array: short ones as lists; long ones as a reference (``lazy``) or compact
+        (StringArray, numpy). ``full``: compact whatever the length (never a list)."""
+        at = self.pos
+        etype = self.u32()
+        if etype not in KNOWN_VALUE_TYPES:
+            raise self.fail(f"{self.where} is an array of unknown value type {etype} (at byte {_n(at)})")
+        if etype == VT.ARRAY and depth >= MAX_ARRAY_DEPTH:
+            raise self.fail(f"{self.where} nests arrays deeper than {MAX_ARRAY_DEPTH} levels")
+        at = self.pos
+        n = self.u64()
+        if n > self.max_array_len:
+            raise self.fail(f"{self.where} is an array of {_n(n)} elements (at byte {_n(at)}); the limit is {_n(self.max_array_len)}")
+        ref = GGUFArray(etype, n, self.pos) if n > LAZY_ARRAY_MIN and etype != VT.ARRAY else None
+        if etype == VT.STRING:
+            self.check_length(n, 8, "array length", at)
+            if full or (n > LAZY_ARRAY_MIN and not lazy):
+                return etype, self.string_array(n), ref
+            if n > LAZY_ARRAY_MIN:
+                self.skip_strings(n)
+                return etype, ref, ref
+            return etype, self.string_list(n), ref
+        if etype == VT.ARRAY:
+            self.check_length(n, 12, "array length", at)
+            items = []
+            for i in range(n):
+                if i and not i % CANCEL_EVERY:
+                    self.check_cancel()
+                items.append(self.array(depth + 1, lazy)[1])
+            return etype, items, ref
+        size = SCALAR_STRUCTS[etype].size
+        self.check_length(n, size, "array length", at)
+        if full or n > LAZY_ARRAY_MIN:
+            if lazy and not full:
+                self.pos += n * size
+                return etype, ref, ref
+            return etype, self.numeric_array(etype, n), ref
+        return etype, self.numeric_list(etype, n), ref
+
+    def numeric_array(self, etype: int, n: int) -> np.ndarray:
+        """``n`` numbers as a read-only numpy array (bool as numpy bool)."""
+        size = SCALAR_STRUCTS[etype].size
+        if n * size > _CHUNK:
+            data = self.read_exact(self.pos, n * size)
+            arr = np.frombuffer(data, dtype=NUMPY_DTYPES[etype], count=n)
+        else:
+            lo = self.need(n * size)
+            arr = np.frombuffer(self.buf, dtype=NUMPY_DTYPES[etype], count=n, offset=lo).copy()
+        self.pos += n * size
+        if etype == VT.BOOL:
+            arr = arr != 0
+        arr.flags.writeable = False
+        return arr
+
+    def numeric_list(self, etype: int, n: int) -> list:
+        size = SCALAR_STRUCTS[etype].size
+        lo = self.need(n * size)
+        arr = np.frombuffer(self.buf, dtype=NUMPY_DTYPES[etype], count=n, offset=lo)
+        self.pos += n * size
+        if etype == VT.BOOL:
+            return (arr != 0).tolist()
+        return arr.tolist()
+
+    def walk_strings(self, n: int, record: array.array | None, decode: list[str] | None) -> None:
+        """Step over ``n`` length-prefixed strings (the hot loop for vocabularies).
+
+        Each length is checked against the bytes left and the string limit before the
+        string is stepped over. ``record`` gets each string's start relative to the
+        first; ``decode`` gets the decoded strings. The inner loops run over the strings
+        whose length field is inside the read-ahead window, ``cancel`` is checked
+        between batches.
+        """
+        start = pos = self.pos
+        size = self.size
+        unpack = U64.unpack_from
+        limit = MAX_STRING_BYTES
+        append = record.append if record is not None else None
+        i = 0
+        while i < n:
+            if i and not i % _CANCEL_EVERY_ELEMENTS:
+                self.check_cancel()
+            self.pos = pos
+            self.need(8)
+            buf, base = self.buf, self.base
+            last = base + len(buf) - 8  # the last position whose length field is in the window
+            stop = min(n, (i // _CANCEL_EVERY_ELEMENTS + 1) * _CANCEL_EVERY_ELEMENTS)
+            if decode is not None:
+                while i < stop and pos <= last:
+                    ln = unpack(buf, pos - base)[0]
+                    if ln > size - pos - 8 or ln > limit:
+                        self._bad_string(pos, ln, i)
+                    lo = pos - base + 8
+                    if lo + ln > len(buf):
+                        self.pos = pos + 8
+                        lo = self.need(ln)
+                        buf, base = self.buf, self.base
+                        last = base + len(buf) - 8
+                    decode.append(buf[lo : lo + ln].decode("utf-8", "replace"))
+                    pos += 8 + ln
+                    i += 1
+            elif append is not None:
+                while i < stop and pos <= last:
+                    ln = unpack(buf, pos - base)[0]
+                    if ln > size - pos - 8 or ln > limit:
+                        self._bad_string(pos, ln, i)
+                    append(pos - start)
+                    pos += 8 + ln
+                    i += 1
+            else:
+                while i < stop and pos <= last:
+                    ln = unpack(buf, pos - base)[0]
+                    if ln > size - pos - 8 or ln > limit:
+                        self._bad_string(pos, ln, i)
+                    pos += 8 + ln
+                    i += 1
+        self.pos = pos
+
+    def _bad_string(self, pos: int, ln: int, i: int) -> None:
+        self.pos = pos
+        if ln > self.size - pos - 8:
+            raise self.fail(
+                f"corrupt or truncated: string length at byte {_n(pos)} in {self.where} (element {i}) "
+                f"is {_n(ln)}, but only {_n(self.size - pos - 8)} bytes are left in the file"
+            )
+        raise self.fail(f"string of {_n(ln)} bytes at byte {_n(pos)} in {self.where} exceeds the limit of {_n(MAX_STRING_BYTES)}")
+
+    def skip_strings(self, n: int) -> None:
+        self.walk_strings(n, None, None)
+
+    def string_list(self, n: int) -> list[str]:
+        out: list[str] = []
+        self.walk_strings(n, None, out)
+        return out
+
+    def string_array(self, n: int) -> StringArray:
+        """``n`` strings as a StringArray: walk them once to find their bounds, then
+        read their region in one piece."""
+        start = self.pos
+        bounds = array.array("q")
+        self.walk_strings(n, bounds, None)
+        end = self.pos
+        bounds.append(end - start)
+        data = self.read_exact(start, end - start)
+        return StringArray(data, np.frombuffer(bounds, dtype=np.int64), start)
+
+
