@@ -3,19 +3,23 @@ vocabulary, implementing the same protocol as the llama.cpp contexts.
 
 Logits at a position are a fixed function of the two previous tokens, so the
 exact distribution of any continuation can be computed by hand in tests.
+
+Costs can be scripted too: give the backends one FakeClock and a cost per eval call
+of n tokens (a verify batch on the target; a draft step, or a prefill/catch-up of n
+tokens, on the draft), pass the clock to ``speculate``, and a run replays a machine's
+costs in simulated seconds, deterministically and without sleeping.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-
 from specdesk.speculative.backend import common_prefix_length
 
 
 class FakeModel:
-    def __init__(self, n_vocab: int = 8, seed: int = 0, scale: float = 2.0, base: "FakeModel | None" = None, noise: float = 0.0):
+    def __init__(self, n_vocab: int = 8, seed: int = 0, scale: float = 2.0, base: FakeModel | None = None, noise: float = 0.0):
         rng = np.random.default_rng(seed)
         if base is None:
             self.table = rng.normal(0.0, scale, size=(n_vocab, n_vocab, n_vocab)).astype(np.float32)
@@ -30,8 +34,53 @@ class FakeModel:
         return self.table[a, b]
 
 
+class FakeClock:
+    """Simulated seconds: advanced only by scripted costs."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def linear_cost(first: float, per_extra_token: float) -> Callable[[int], float]:
+    """Seconds for an eval call of n tokens: ``first`` plus ``per_extra_token`` for each
+    token after the first (a verify batch, a prefill)."""
+    return lambda n: first + per_extra_token * (n - 1)
+
+
+def table_cost(table: Mapping[int, float], per_extra_token: float) -> Callable[[int], float]:
+    """Measured points (batch size -> seconds), linear in between and beyond."""
+    pts = sorted(table.items())
+
+    def cost(n: int) -> float:
+        if n in table:
+            return table[n]
+        below = [(b, v) for b, v in pts if b < n]
+        above = [(b, v) for b, v in pts if b > n]
+        if below and above:
+            (b0, v0), (b1, v1) = below[-1], above[0]
+            return v0 + (v1 - v0) * (n - b0) / (b1 - b0)
+        b, v = (below or above)[-1 if below else 0]
+        return v + per_extra_token * (n - b)
+
+    return cost
+
+
 class FakeBackend:
-    def __init__(self, model: FakeModel, n_ctx: int = 4096, eog: int | None = None, step_cost: float = 0.0):
+    def __init__(
+        self,
+        model: FakeModel,
+        n_ctx: int = 4096,
+        eog: int | None = None,
+        step_cost: float = 0.0,
+        clock: FakeClock | None = None,
+        cost: Callable[[int], float] | None = None,
+    ):
         self.model = model
         self._n_ctx = n_ctx
         self.eog = eog
@@ -41,6 +90,8 @@ class FakeBackend:
         self.evaluated = 0  # every token ever evaluated
         self.batches: list[int] = []  # size of every eval call
         self.step_cost = step_cost  # fake seconds per eval call, added to native_seconds
+        self.clock = clock  # scripted costs: each eval call of n tokens advances it by cost(n)
+        self.cost = cost
 
     @property
     def n_vocab(self) -> int:
@@ -66,6 +117,10 @@ class FakeBackend:
         self.evaluated += len(tokens)
         self.batches.append(len(tokens))
         self.native_seconds += self.step_cost
+        if self.clock is not None and self.cost is not None:
+            seconds = self.cost(len(tokens))
+            self.clock.advance(seconds)
+            self.native_seconds += seconds
         out = np.stack(rows)
         return out if all_rows else out[-1:]
 

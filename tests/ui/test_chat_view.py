@@ -4,8 +4,9 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QTextCursor
-
+from specdesk.speculative.stats import Stats
 from specdesk.ui.chat_view import ChatView, Span, _MarkdownState
+from specdesk.ui.stats_panel import StatsPanel
 
 
 @dataclass
@@ -62,3 +63,80 @@ def test_provenance_toggle_keeps_text_and_spans(qtbot):
     assert [s.to_list()[:3] for s in v.messages()[-1][2]] == [[0, 5, "accepted"], [5, 11, "bonus"]]
     assert Span.from_list(v.messages()[-1][2][0].to_list()) == v.messages()[-1][2][0]
     v.close()
+
+
+def test_streamed_tokens_are_written_at_a_bounded_rate_and_appended_at_the_end(qtbot):
+    """200 steps arriving faster than the repaint interval cost one document change,
+    which appends after what was already there (nothing re-inserted or re-laid out
+    before it)."""
+    v = ChatView()
+    v.show()
+    v.add_message("user", "count")
+    v.begin_answer()
+    v.append_tokens([Tok("zero ", "target", position=None)])
+    v.flush()
+    before = v.document().characterCount()
+    changes = []
+    v.document().contentsChange.connect(lambda pos, removed, added: changes.append((pos, removed, added)))
+    for i in range(200):
+        v.append_tokens([Tok(f"{i} ", "accepted"), Tok("x ", "bonus", position=2)])
+    assert changes == [] and "199 x" not in v.toPlainText()  # kept, not yet written
+    assert v.live_text.endswith("199 x ")  # but already part of the answer
+    qtbot.waitUntil(lambda: "199 x" in v.toPlainText())
+    assert len(changes) == 1
+    pos, removed, added = changes[0]
+    assert removed == 0 and pos >= before - 2 and added == len(v.live_text) - len("zero ")
+    assert len(v.repaint_ms) == 2
+    v.close()
+
+
+def test_the_end_of_an_answer_writes_what_is_pending(qtbot):
+    v = ChatView()
+    v.show()
+    v.begin_answer()
+    v.append_tokens([Tok("Hello", "accepted")])
+    v.append_tokens([Tok(" there", "correction", p=0.2)])
+    text, spans = v.end_answer()  # no event loop ran: end_answer writes them itself
+    assert text == "Hello there" and "Hello there" in v.toPlainText()
+    assert [s.kind for s in spans] == ["accepted", "correction"]
+    # a provenance toggle while tokens are pending keeps each of them exactly once
+    v.begin_answer()
+    v.append_tokens([Tok("abc", "accepted")])
+    v.set_provenance(False)
+    v.append_tokens([Tok("def", "bonus")])
+    v.end_answer()
+    assert v.toPlainText().count("abcdef") == 1
+    # a discarded answer leaves nothing behind, even what was pending
+    v.begin_answer()
+    v.append_tokens([Tok("gone", "accepted")])
+    v.discard_answer()
+    qtbot.wait(2 * 80)
+    assert "gone" not in v.toPlainText()
+    v.close()
+
+
+def _stats(steps: int, decisions: dict | None = None) -> Stats:
+    st = Stats(generated=2 * steps, steps=steps, drafted=steps, accepted=steps // 2, decode_seconds=0.05 * steps,
+               drafted_per_position=[steps], accepted_per_position=[steps // 2])
+    st.decisions = dict(decisions or {"draft: k>0 by cost model": steps})
+    return st
+
+
+def test_stats_are_shown_at_a_bounded_rate_and_at_once_at_the_end(qtbot):
+    p = StatsPanel()
+    p.show()
+    p.reset()
+    p.set_reference(10.0)
+    for i in range(1, 101):
+        p.update_stats(_stats(i))
+    assert p.m_steps.value.text() == "–" and not p.repaint_ms  # nothing shown yet
+    assert len(p._xs) == 100  # but every step's point is kept for the chart
+    qtbot.waitUntil(lambda: p.m_steps.value.text() == "100")
+    assert len(p.repaint_ms) == 1
+    assert p.decisions.text() == "why: draft: k>0 by cost model ×100"
+    assert p.verdict.text().startswith("So far: 4.00×")
+    final = _stats(120, {"draft: bound<1": 119, "draft: first step": 1})
+    p.update_stats(final, live=False)  # the end: shown at once, without "So far"
+    assert p.m_steps.value.text() == "120" and p.verdict.text().startswith("4.00×")
+    assert p.decisions.text().startswith("why: draft: bound<1 ×119")
+    p.close()

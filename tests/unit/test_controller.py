@@ -1,7 +1,7 @@
 """The auto draft length: decisions from measured costs and acceptance."""
 
 from specdesk.speculative.controller import AutoK, FixedK, StepCost, ngram_bucket
-from specdesk.speculative.costmodel import CostModel, PositionAcceptance
+from specdesk.speculative.costmodel import CostModel, PositionAcceptance, RunningCost
 
 
 def _auto(verify: dict, draft: dict | None = None) -> AutoK:
@@ -15,7 +15,8 @@ def _auto(verify: dict, draft: dict | None = None) -> AutoK:
 
 def _accept(auto: AutoK, source: str, k: int, n: int, times: int, match: int | None = None) -> None:
     for _ in range(times):
-        auto.observe(StepCost(source, match, k, n, 0.0, auto.costs.verify_cost(k + 1) or 0.0))
+        seconds = auto.costs.draft_cost(k) if source == "draft" else 0.0  # as measured: no news about costs
+        auto.observe(StepCost(source, match, k, n, seconds, auto.costs.verify_cost(k + 1) or 0.0))
 
 
 def test_first_step_measures_target_alone():
@@ -105,7 +106,6 @@ def test_a_draft_that_fell_behind_costs_its_catch_up():
 
 def test_draft_proposer_reports_how_far_behind_it_is():
     import numpy as np
-
     from fakes import FakeBackend, FakeModel
     from specdesk.speculative.proposers import DraftModelProposer
     from specdesk.speculative.sampling import SamplingParams
@@ -151,3 +151,139 @@ def test_a_catch_up_is_priced_once_over_the_answer_left():
         auto.observe(StepCost("draft", None, 4, 4, 0.08 + 0.6, 0.14, draft_synced=32))
     assert auto.budget("draft", 20, 400) >= 3  # 20 behind, 400 tokens to go: resume
     assert auto.budget("draft", 20, 4) == 0  # 20 behind, 4 tokens to go: not worth it
+
+
+# -- the perfect-draft bound and the catch-up price -------------------------------------
+
+# This kind of machine (2 CPU cores, the default pair): a verify batch of b tokens costs
+# about 1 + 0.77 (b - 1) target steps (4 tokens: 3.3 steps) and a draft step 0.61 of one.
+CPU_VERIFY = {b: 0.037 * (1 + 0.767 * (b - 1)) for b in range(1, 10)}
+CPU_DRAFT = {k: 0.037 * 0.61 * k for k in range(1, 9)}
+# A GPU: a verify batch costs about one step, a draft step a tenth of one.
+GPU_VERIFY = {b: 0.020 * (1 + 0.05 * (b - 1)) for b in range(1, 10)}
+GPU_DRAFT = {k: 0.002 * k for k in range(1, 9)}
+
+
+def test_no_probe_when_even_a_perfect_draft_cannot_pay():
+    auto = _auto(CPU_VERIFY, CPU_DRAFT)
+    assert auto.perfect_bound("draft") < 0.9  # the advisor's "always right would reach only …"
+    _accept(auto, "draft", 4, 4, 3)  # even a draft that was always right so far
+    ks = []
+    for _ in range(400):
+        ks.append(auto.budget("draft", 2, 200))
+        d = auto.take_decision()
+        assert d is not None and d.reason == "bound<1" and str(d) == "draft: bound<1"
+        auto.observe(StepCost("", None, 0, 0, 0.0, CPU_VERIFY[1]))  # target steps go on being measured
+    assert sum(ks) == 0
+    assert auto.peek("draft", 1, 200) == 0  # nor does the draft evaluate the prompt up front
+    # n-gram lookups cost nothing to propose: on the same machine they still may pay
+    assert auto.perfect_bound("ngram") > 1.1 and not auto.stopped("ngram")
+
+
+def test_a_stop_holds_through_load_swings_and_is_rechecked_when_batches_cost_less():
+    auto = _auto({b: 0.10 * (1 + 1.04 * (b - 1)) for b in range(1, 10)}, {k: 0.002 * k for k in range(1, 9)})
+    assert 0.9 < auto.perfect_bound("draft") < 1.0 and auto.budget("draft", 2, 200) == 0
+    # the target step swings 30% with the machine's load: next to the batch costs
+    # measured before, the bound would seem above 1, but no one measured a change of
+    # ratio (the batches would have slowed down alike): still stopped, no probe
+    for _ in range(20):
+        auto.observe(StepCost("", None, 0, 0, 0.0, 0.13))
+    assert auto.perfect_bound("draft") > 1.0
+    assert [auto.budget("draft", 2, 200) for _ in range(50)] == [0] * 50
+    assert auto.take_decision().reason == "bound<1"
+    # a 10% change in the batch costs (n-gram steps measure them too) is noise
+    for _ in range(3):
+        for b in range(2, 10):
+            auto.costs.observe_verify(b, 0.92 * auto.costs.verify_cost(b))
+    assert auto.budget("draft", 2, 200) == 0
+    # batches measured 30% cheaper: a material change; look again, and probe
+    for _ in range(30):
+        for b in range(2, 10):
+            auto.costs.observe_verify(b, 0.10 * 0.7 * (1 + 1.04 * (b - 1)))
+    assert auto.budget("draft", 2, 200) > 0
+    assert auto.take_decision().reason in ("probe", "by cost model")
+
+
+def test_a_load_swing_does_not_leak_into_interpolated_batch_costs():
+    """Only b = 1 and b = 3 measured: the costs in between are interpolated from the
+    target step, which swings with the load; that swing must not reopen a stop."""
+    auto = _auto({1: 0.10, 3: 0.26}, {2: 0.12})
+    assert auto.perfect_bound("draft") < 1 and auto.budget("draft", 2, 200) == 0
+    for step in (0.05, 0.2, 0.05, 0.2):
+        for _ in range(20):
+            auto.observe(StepCost("", None, 0, 0, 0.0, step))
+        assert auto.budget("draft", 2, 200) == 0 and auto.take_decision().reason == "bound<1"
+
+
+def test_a_probe_once_reseeded_costs_could_pay():
+    """A settings change or a reload reseeds the costs: the bound is looked at again
+    and, where a draft could now pay, auto tries one."""
+    auto = _auto(CPU_VERIFY, CPU_DRAFT)
+    assert auto.budget("draft", 2, 200) == 0 and auto.take_decision().reason == "bound<1"
+    gpu = _auto(GPU_VERIFY, GPU_DRAFT)
+    auto.restore_costs(gpu.saved_costs())
+    assert auto.perfect_bound("draft") > 3
+    k = auto.budget("draft", 2, 200)
+    d = auto.take_decision()
+    assert k > 0 and d.reason in ("probe", "by cost model") and d.k == k
+    # and from costs measured the ordinary way (say, the machine got a GPU layer offload
+    # mid-session and the n-gram steps measured cheap batches): no reseed needed
+    auto = _auto(CPU_VERIFY, CPU_DRAFT)
+    assert auto.budget("draft", 2, 200) == 0
+    for _ in range(30):
+        for b, v in GPU_VERIFY.items():
+            auto.costs.observe_verify(b, v)
+        for kk, v in GPU_DRAFT.items():
+            auto.costs.observe_draft(kk, v)
+    assert auto.budget("draft", 2, 200) > 0
+
+
+def _due_for_a_probe() -> AutoK:
+    """Costs where a perfect draft would pay (about 1.4x) but the measured acceptance
+    says no: the optimistic bound keeps probes coming now and then."""
+    verify = {b: 0.10 * (1 + 0.6 * (b - 1)) for b in range(1, 10)}
+    auto = _auto(verify, {k: 0.005 * k for k in range(1, 9)})
+    for i in range(30):  # two thirds of first positions accepted, no second one
+        auto.observe(StepCost("draft", None, 2, 1 if i % 3 else 0, 0.01, verify[3]))
+    auto.catch_up = RunningCost.seeded(0.004, 8)  # 4 ms a token, as measured
+    assert 1.3 < auto.perfect_bound("draft") < 1.6
+    assert auto.plan("draft", 2, 400)[0] == 0 and auto.plan("draft", 2, 400, z=auto.z)[0] > 0
+    return auto
+
+
+def test_a_long_catch_up_suppresses_a_probe_near_the_end_but_not_at_the_start():
+    # 300 tokens behind: 1.2 s to catch up. With 400 tokens left a perfect draft wins
+    # about 12 s over target alone; with 20 left at most about 0.6 s.
+    start = _due_for_a_probe()
+    k = start.budget("draft", 300, 400)
+    assert k > 0 and start.take_decision().reason == "probe"
+    end = _due_for_a_probe()
+    assert end.budget("draft", 300, 20) == 0
+    assert end.take_decision().reason == "catch-up too dear"
+    # in sync, the same few tokens left still allow the probe
+    assert _due_for_a_probe().budget("draft", 2, 20) > 0
+
+
+def test_the_catch_up_is_priced_at_the_drafts_measured_prefill_cost():
+    auto = _auto(GPU_VERIFY, GPU_DRAFT)
+    prior = auto.catch_up_seconds_per_token()
+    assert prior == auto.prior_catch_up_share * auto.costs.draft_cost(1)
+    auto.observe_prefill(100, 0.5)  # the draft's prompt prefill: 5 ms a token
+    assert abs(auto.catch_up_seconds_per_token() - 0.005) < 1e-12
+    assert abs(auto.catch_up_price(52) - 0.25) < 1e-12  # 50 beyond the two every call evaluates
+    assert auto.catch_up_price(2) == 0.0
+
+
+def test_every_budget_leaves_a_decision():
+    auto = AutoK()
+    assert auto.budget("draft", None, 8) == 0 and str(auto.take_decision()) == "draft: first step"
+    assert auto.take_decision() is None  # taken once
+    auto = _auto(GPU_VERIFY, GPU_DRAFT)
+    _accept(auto, "draft", 4, 4, 20)
+    k = auto.budget("draft", 2, 100)
+    d = auto.take_decision()
+    assert k > 0 and str(d) == f"draft: k={k} by cost model" and d.key == "draft: k>0 by cost model"
+    assert auto.budget("draft", 2, 0) == 0 and auto.take_decision().reason == "last token"
+    f = FixedK(3)
+    f.budget("ngram", 5, 10)
+    assert str(f.take_decision()) == "ngram: k=3 fixed"

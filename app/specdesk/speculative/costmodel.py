@@ -17,8 +17,8 @@ and the benchmark advisor.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 class RunningCost:
@@ -31,7 +31,7 @@ class RunningCost:
         self._decay = decay
 
     @classmethod
-    def seeded(cls, value: float, n: int) -> "RunningCost":
+    def seeded(cls, value: float, n: int) -> RunningCost:
         """A cost carried over from earlier measurements, counted as ``n`` of them."""
         rc = cls()
         rc.value, rc.n = value, n
@@ -159,6 +159,43 @@ class CostModel:
             return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (k - k1)
         return v1 * k / k1
 
+    def perfect_draft(self, k_max: int, draft_costs: bool = True) -> tuple[int, float] | None:
+        """The draft length and seconds per emitted token of a draft that is always
+        right (k + 1 tokens per step), at the measured costs: the least any draft can
+        cost per token here. None until a target step was measured.
+
+        Costs not measured are extrapolated as :meth:`verify_cost` does without
+        optimism (the measured slope once two sizes were measured, the low prior
+        slope before), so a machine is judged on what it was seen to cost."""
+        best: tuple[int, float] | None = None
+        for k in range(1, max(0, k_max) + 1):
+            v = self.verify_cost(k + 1)
+            if v is None or v <= 0:
+                return None
+            per_token = (v + (self.draft_cost(k) if draft_costs else 0.0)) / (k + 1)
+            if best is None or per_token < best[1]:
+                best = (k, per_token)
+        return best
+
+    def perfect_draft_bound(
+        self, k_max: int, draft_costs: bool = True, catch_up_seconds: float = 0.0, tokens_left: float | None = None
+    ) -> float | None:
+        """The best speedup over target alone any draft could reach: acceptance 1 at
+        every position. With ``catch_up_seconds`` (what the draft must evaluate before
+        it can draft) and ``tokens_left``, the catch-up is paid once out of what a
+        perfect draft could win over the rest of the answer. None until a target step
+        was measured."""
+        step = self.step_cost
+        best = self.perfect_draft(k_max, draft_costs)
+        if step is None or best is None:
+            return None
+        per_token = best[1]
+        if tokens_left is None or catch_up_seconds <= 0:
+            return step / per_token
+        if tokens_left <= 0:
+            return 0.0
+        return tokens_left * step / (catch_up_seconds + tokens_left * per_token)
+
     def rates(
         self, alphas: Sequence[float], draft_costs: bool = True, optimistic: bool = False, extra: float = 0.0
     ) -> list[float | None]:
@@ -189,7 +226,7 @@ class CostModel:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, weight: int | None = None) -> "CostModel":
+    def from_dict(cls, d: dict, weight: int | None = None) -> CostModel:
         """Costs saved by :meth:`to_dict`. With ``weight``, each cost counts as at most
         that many measurements, so this run's own measurements soon outweigh it."""
         cm = cls()

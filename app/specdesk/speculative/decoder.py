@@ -13,14 +13,22 @@ through the same code path and timers as speculation.
 from __future__ import annotations
 
 import codecs
+import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from .backend import Backend
-from .controller import Controller, StepCost
+from .controller import (
+    LAST_TOKEN,
+    NO_CANDIDATE,
+    TARGET_ALONE,
+    Controller,
+    Decision,
+    StepCost,
+)
 from .proposers.base import EMPTY_DRAFT, Draft, Proposer
 from .sampling import SamplingParams, warp
 from .stats import Stats
@@ -59,14 +67,13 @@ class Step:
     # verify pass itself (a trace for tests and for explaining divergences).
     target_argmax: tuple[int, ...] = ()
     draft_tokens: tuple[int, ...] = ()
+    # Why the controller drafted what it did this step (e.g. "draft: bound<1",
+    # "ngram: k=4 by cost model", "draft: probe k=3").
+    decision: str = ""
 
     @property
     def text(self) -> str:
         return "".join(t.text for t in self.tokens)
-
-
-def _now() -> float:
-    return time.perf_counter()
 
 
 @dataclass
@@ -88,8 +95,11 @@ def speculate(
     max_tokens: int,
     rng: np.random.Generator,
     cancel: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[Step]:
-    """Generate up to ``max_tokens`` tokens after ``prompt``, one Step per verify pass."""
+    """Generate up to ``max_tokens`` tokens after ``prompt``, one Step per verify pass.
+
+    ``clock`` times every part (a scripted clock in tests replays a machine's costs)."""
     if not prompt:
         raise ValueError("the prompt is empty")
     if max_tokens <= 0:
@@ -97,44 +107,62 @@ def speculate(
     stats = Stats(prompt_tokens=len(prompt))
     detok = _Detok(target)
 
+    now = clock
+
     def budget_for(limit: int):
         return lambda source, hint: max(0, min(controller.budget(source, hint, limit), limit))
 
     # The prompt phase: the target evaluates the prompt but its last token, and a
-    # draft model evaluates it too, so that decode time holds only decoding.
-    t0 = _now()
+    # draft model evaluates it too (when it may draft), so that decode time holds
+    # only decoding. The draft's prefill also measures its cost per token.
+    t0 = now()
     target.prefill(prompt[:-1], logits=False)
     stats.prompt_evaluated = target.last_prefill_evaluated + 1  # the pending token is evaluated in step 1
-    prepare = getattr(proposer, "prepare", None)
-    if prepare is not None:
-        prepare(prompt, budget_for(min(max_tokens - 1, target.n_ctx - len(prompt))))
-    stats.prompt_seconds = _now() - t0
+    room0 = min(max_tokens - 1, target.n_ctx - len(prompt))
+    tp = now()
+    prepared = proposer.prepare(prompt, lambda source, hint: controller.peek(source, hint, room0))
+    if prepared:
+        controller.observe_prefill(prepared, now() - tp)
+    stats.prompt_seconds = now() - t0
 
     seq = list(prompt)
-    native0 = target.native_seconds + getattr(proposer, "native_seconds", 0.0)
-    loop_start = _now()
+    native0 = target.native_seconds + proposer.native_seconds
+    loop_start = now()
     index = 0
+
+    def clock_stats() -> None:
+        stats.decode_seconds = now() - loop_start
+        stats.native_seconds = target.native_seconds + proposer.native_seconds - native0
+
+    def final(reason: str) -> Step:
+        clock_stats()
+        return Step(index=index, tokens=(), drafted=0, accepted=0, source="", stats=stats.copy(), done=True, stop_reason=reason)
 
     while True:
         if cancel is not None and cancel():
-            yield _final(index, stats, "cancelled", loop_start, target, proposer, native0)
+            yield final("cancelled")
             return
         remaining = max_tokens - stats.generated
         room = target.n_ctx - len(seq)  # positions left after the pending token's
         if remaining <= 0:
-            yield _final(index, stats, "max_tokens", loop_start, target, proposer, native0)
+            yield final("max_tokens")
             return
         if room < 0:
-            yield _final(index, stats, "context", loop_start, target, proposer, native0)
+            yield final("context")
             return
         limit = min(remaining - 1, room)
 
-        ts = _now()
+        controller.take_decision()  # forget any decision not made for this step
+        ts = now()
         draft: Draft = proposer.propose(seq, budget_for(limit), params, rng) if limit > 0 else EMPTY_DRAFT
-        td = _now()
+        td = now()
+        decision = controller.take_decision()
+        if decision is None:
+            reason = LAST_TOKEN if limit <= 0 else (TARGET_ALONE if proposer.name == "none" else NO_CANDIDATE)
+            decision = Decision(0, reason)
         draft_tokens = list(draft.tokens[:limit])
         rows = target.eval([seq[-1]] + draft_tokens, all_rows=True)
-        tv = _now()
+        tv = now()
 
         verdict: Verdict
         if params.greedy:
@@ -165,7 +193,7 @@ def speculate(
                     q = verdict.q[i]
                 elif i < len(draft.confidence):
                     q = draft.confidence[i]
-                if q is not None and q != q:  # NaN
+                if q is not None and math.isnan(q):
                     q = None
             lookup = draft.match_start + i if (draft.source == "ngram" and not is_next) else None
             eog = target.is_eog(tok)
@@ -188,6 +216,7 @@ def speculate(
 
         stats.record_step(len(draft_tokens), n, len(infos), draft.source)
         stats.draft_seconds += td - ts
+        stats.record_decision(decision.key, str(decision))
         stats.verify_seconds += tv - td
         controller.observe(
             StepCost(
@@ -202,7 +231,7 @@ def speculate(
         )
         if stop_reason is None and stats.generated >= max_tokens:
             stop_reason = "max_tokens"
-        _clock(stats, loop_start, target, proposer, native0)
+        clock_stats()
         done = stop_reason is not None
         yield Step(
             index=index,
@@ -215,17 +244,9 @@ def speculate(
             stop_reason=stop_reason,
             target_argmax=verdict.target_argmax,
             draft_tokens=tuple(draft_tokens),
+            decision=str(decision),
         )
         index += 1
         if done:
             return
 
-
-def _clock(stats: Stats, loop_start: float, target: Backend, proposer: Proposer, native0: float) -> None:
-    stats.decode_seconds = _now() - loop_start
-    stats.native_seconds = target.native_seconds + getattr(proposer, "native_seconds", 0.0) - native0
-
-
-def _final(index, stats, reason, loop_start, target, proposer, native0) -> Step:
-    _clock(stats, loop_start, target, proposer, native0)
-    return Step(index=index, tokens=(), drafted=0, accepted=0, source="", stats=stats.copy(), done=True, stop_reason=reason)

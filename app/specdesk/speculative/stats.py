@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from .proposers.base import MODEL_SOURCES
+
 
 def _grow(xs: list[int], n: int) -> None:
     if len(xs) < n:
@@ -37,6 +39,10 @@ class Stats:
     verify_seconds: float = 0.0
     # Time inside llama_decode plus the logits copy, both models (the "native" part).
     native_seconds: float = 0.0
+    # Why the controller drafted or did not: steps per kind of decision (e.g.
+    # "draft: bound<1", "ngram: k>0 by cost model"), and the last one in full.
+    decisions: dict[str, int] = field(default_factory=dict)
+    last_decision: str = ""
 
     # -- recording ---------------------------------------------------------------
 
@@ -46,7 +52,7 @@ class Stats:
         self.steps += 1
         if n_drafted:
             self.draft_steps += 1
-            if source == "draft":
+            if source in MODEL_SOURCES:
                 _grow(self.model_draft_lengths, n_drafted)
                 self.model_draft_lengths[n_drafted - 1] += 1
         self.drafted += n_drafted
@@ -58,6 +64,10 @@ class Stats:
         for i in range(n_accepted):
             self.accepted_per_position[i] += 1
         self.generated += n_emitted
+
+    def record_decision(self, key: str, text: str) -> None:
+        self.decisions[key] = self.decisions.get(key, 0) + 1
+        self.last_decision = text
 
     # -- derived -----------------------------------------------------------------
 
@@ -91,12 +101,13 @@ class Stats:
     def overhead_share(self) -> float | None:
         return self.overhead_seconds / self.decode_seconds if self.decode_seconds > 0 else None
 
-    def copy(self) -> "Stats":
+    def copy(self) -> Stats:
         return replace(
             self,
             drafted_per_position=list(self.drafted_per_position),
             accepted_per_position=list(self.accepted_per_position),
             model_draft_lengths=list(self.model_draft_lengths),
+            decisions=dict(self.decisions),
         )
 
     def to_dict(self) -> dict:
@@ -113,6 +124,6 @@ class Stats:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Stats":
+    def from_dict(cls, d: dict) -> Stats:
         names = cls.__dataclass_fields__.keys()
         return cls(**{k: v for k, v in d.items() if k in names})

@@ -4,21 +4,40 @@ came from, with a tooltip naming its draft position and, where known, p and q.
 Markdown is rendered readably: fenced code in a monospace font on a tinted block,
 inline `code` monospace, headings bold. With provenance colouring off, finished
 messages are rendered by Qt's own Markdown support.
+
+Streaming costs the engine nearly nothing: tokens are kept as they arrive (plain
+Python, no Qt work) and written to the document at a bounded rate (every
+``REPAINT_MS`` and at the end of the answer), appended at the end of the answer in
+one edit block, so only the last paragraph is laid out again. The Qt thread's time
+per repaint is recorded in ``repaint_ms``.
 """
 
 from __future__ import annotations
 
 import html
+import time
+from collections import deque
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat, QTextFrameFormat
+from PySide6.QtCore import QEvent, QPoint, QTimer
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextFormat,
+    QTextFrameFormat,
+)
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextBrowser, QToolTip, QWidget
 
 # kind -> (background, label, explanation)
 PROVENANCE = {
     "accepted": ("#bfeec0", "accepted draft", "proposed by the draft model and kept by the target"),
     "ngram": ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
+    "history": ("#ffe8a8", "history", "copied from an earlier turn (history lookup) and kept by the target"),
+    "translated": ("#c8f0e8", "translated", "drafted by a model with another vocabulary, re-tokenized, and kept by the target"),
     "correction": ("#ffcdb8", "correction", "the target's own token after it rejected a draft token"),
     "bonus": ("#c9ddff", "bonus", "the target's extra token after it accepted the whole draft"),
     "target": ("", "target", "a plain target step (nothing was drafted)"),
@@ -26,11 +45,12 @@ PROVENANCE = {
 
 SPAN_PROP = QTextFormat.Property.UserProperty + 1
 USER_BG = "#f1f3f5"
+REPAINT_MS = 80  # streamed text is written at most this often (and at the end)
 
 
 def colour_key(kind: str, source: str) -> str:
-    if kind == "accepted" and source == "ngram":
-        return "ngram"
+    if kind == "accepted" and source in ("ngram", "history", "translated"):
+        return source
     return kind if kind in PROVENANCE else "target"
 
 
@@ -51,7 +71,7 @@ class Span:
         return [self.start, self.end, self.kind, self.source, self.position, self.p, self.q, self.lookup]
 
     @classmethod
-    def from_list(cls, x: list) -> "Span":
+    def from_list(cls, x: list) -> Span:
         return cls(*x)
 
     def describe(self) -> str:
@@ -150,7 +170,14 @@ class ChatView(QTextBrowser):
         self._live_md: _MarkdownState | None = None
         self._live_frame = None
         self._all_spans: list[Span] = []  # flat list indexed by SPAN_PROP
+        self._pending: list[Span] = []  # received, not yet written to the document
         self.document().setDocumentMargin(12)
+        self.document().setUndoRedoEnabled(False)  # read-only: an undo stack only grows
+        self._repaint = QTimer(self)
+        self._repaint.setSingleShot(True)
+        self._repaint.setInterval(REPAINT_MS)
+        self._repaint.timeout.connect(self.flush)
+        self.repaint_ms: deque[float] = deque(maxlen=4096)  # Qt-thread milliseconds per flush
 
     # -- public API ----------------------------------------------------------------
 
@@ -175,25 +202,49 @@ class ChatView(QTextBrowser):
         self._scroll_to_end()
 
     def begin_answer(self) -> None:
+        self._drop_pending()
         self._live_spans = []
         self._live_text = ""
         self._live_md = _MarkdownState()
         self._live_frame = self._start_block("assistant")
 
     def append_tokens(self, tokens) -> None:
-        """tokens: TokenInfo objects of one step."""
+        """tokens: TokenInfo objects of one step. They are kept now and written at
+        the next repaint (see :meth:`flush`)."""
         if self._live_md is None:
             self.begin_answer()
-        cur = self._live_frame.lastCursorPosition()
         for t in tokens:
             start = len(self._live_text)
             self._live_text += t.text
             span = Span(start, len(self._live_text), t.kind, t.source, t.position, t.p, t.q, t.lookup_start)
             self._live_spans.append(span)
-            self._insert_token(cur, t.text, span, self._live_md, colour=self._provenance)
+            self._pending.append(span)
+        if self._pending and not self._repaint.isActive():
+            self._repaint.start()
+
+    def flush(self) -> None:
+        """Write the tokens received since the last repaint, in one edit block at the
+        end of the answer."""
+        self._repaint.stop()
+        if not self._pending or self._live_md is None or self._live_frame is None:
+            self._pending = []
+            return
+        t0 = time.perf_counter()
+        cur = self._live_frame.lastCursorPosition()
+        cur.beginEditBlock()
+        for sp in self._pending:
+            self._insert_token(cur, self._live_text[sp.start : sp.end], sp, self._live_md, colour=self._provenance)
+        cur.endEditBlock()
+        self._pending = []
         self._scroll_to_end()
+        self.repaint_ms.append((time.perf_counter() - t0) * 1000.0)
+
+    def _drop_pending(self) -> None:
+        self._repaint.stop()
+        self._pending = []
 
     def end_answer(self) -> tuple[str, list[Span]]:
+        self.flush()
         text, spans = self._live_text, self._live_spans
         self._messages.append(("assistant", text, spans))
         self._live_md = None
@@ -204,6 +255,7 @@ class ChatView(QTextBrowser):
         return text, spans
 
     def discard_answer(self) -> None:
+        self._drop_pending()
         self._live_md = None
         self._live_spans = []
         self._live_text = ""
@@ -211,11 +263,8 @@ class ChatView(QTextBrowser):
 
     @property
     def live_text(self) -> str:
+        """The answer received so far (written to the document at the next repaint)."""
         return self._live_text
-
-    @property
-    def live_spans(self) -> list[Span]:
-        return list(self._live_spans)
 
     def messages(self) -> list[tuple[str, str, list[Span] | None]]:
         return list(self._messages)
@@ -242,8 +291,11 @@ class ChatView(QTextBrowser):
         sb.setValue(sb.maximum())
 
     def _rerender(self) -> None:
+        self._drop_pending()  # the live spans below include them
         self.document().clear()
         self._all_spans = []
+        block = QTextCursor(self.document())
+        block.beginEditBlock()  # one layout pass for the whole transcript
         for role, text, spans in self._messages:
             self._render_message(role, text, spans)
         if self._live_md is not None:
@@ -253,6 +305,7 @@ class ChatView(QTextBrowser):
             cur = self._live_frame.lastCursorPosition()
             for sp in self._live_spans:
                 self._insert_token(cur, self._live_text[sp.start : sp.end], sp, md, colour=self._provenance)
+        block.endEditBlock()
         self._scroll_to_end()
 
     def _start_block(self, role: str):
@@ -320,7 +373,7 @@ class ChatView(QTextBrowser):
             return None
         return self._all_spans[prop]
 
-    def viewportEvent(self, event) -> bool:  # noqa: N802 - Qt API
+    def viewportEvent(self, event) -> bool:
         if event.type() == QEvent.Type.ToolTip:
             span = self.span_at(event.pos())
             if span is not None:
@@ -338,7 +391,7 @@ class Legend(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
         lay.setSpacing(12)
-        for key in ("accepted", "ngram", "correction", "bonus"):
+        for key in ("accepted", "ngram", "history", "translated", "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
             sw = QLabel()
             sw.setFixedSize(14, 14)

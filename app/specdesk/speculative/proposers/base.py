@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -14,6 +15,11 @@ from ..sampling import SamplingParams
 # matches predict better), for "draft" how many tokens the draft model must catch up
 # on before it can draft (after n-gram steps or target-alone steps it falls behind).
 Budget = Callable[[str, "int | None"], int]
+
+#: Sources that run a model to draft (they cost draft time and catch-up).
+MODEL_SOURCES = ("draft", "translated")
+#: Sources that copy tokens from text already seen (free to propose; sized by match length).
+LOOKUP_SOURCES = ("ngram", "history")
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,19 @@ EMPTY_DRAFT = Draft()
 
 
 class Proposer(Protocol):
+    """Every member is required (the decoder reads none with getattr); a proposer
+    with nothing to prepare returns 0, one with no native calls reports 0.0."""
+
     name: str
+
+    @property
+    def native_seconds(self) -> float:
+        """Cumulative seconds in the proposer's own native decode calls (the overhead split)."""
+
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
+        """During the prompt phase: evaluate the prompt on a draft model, unless
+        ``budget`` says it will not draft (then it stays lazy). Returns how many
+        tokens it evaluated, so the draft's prefill cost per token is measured."""
 
     def propose(
         self,
@@ -54,6 +72,3 @@ class Proposer(Protocol):
     ) -> Draft: ...
 
     def reset(self) -> None: ...
-
-    # Optional: ``prepare(prompt, budget)`` evaluates the prompt on a draft model during
-    # the prompt phase, so that decode tokens/s compares like with like.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -36,11 +36,14 @@ class DraftModelProposer:
     def native_seconds(self) -> float:
         return self.ctx.native_seconds
 
-    def prepare(self, prompt: Sequence[int], budget: Budget) -> None:
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
         """Evaluate the prompt on the draft during the prompt phase (as the target
-        does), unless the controller would not draft at all: then it stays lazy."""
+        does), unless the controller would not draft at all: then it stays lazy.
+        Returns how many tokens it evaluated (a reused prefix is not evaluated)."""
         if len(prompt) > 1 and budget("draft", 1) > 0:
             self.ctx.prefill(list(prompt[:-1]), logits=False)
+            return self.ctx.last_prefill_evaluated
+        return 0
 
     def catch_up(self, seq: Sequence[int]) -> int:
         """How many tokens the draft context must evaluate before drafting after seq."""

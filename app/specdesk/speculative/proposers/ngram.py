@@ -9,10 +9,13 @@ how far to draft.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+
+from ..sampling import SamplingParams
+from .base import EMPTY_DRAFT, Budget, Draft
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,10 @@ class NgramProposer:
     def lookup(self, seq: Sequence[int]) -> NgramMatch | None:
         return find_ngram(seq, self.max_tokens, self.min_match, self.max_match)
 
-    def propose(self, seq, budget, params, rng):
-        from .base import EMPTY_DRAFT, Draft
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
+        return 0
 
+    def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         m = self.lookup(seq)
         if m is None:
             return EMPTY_DRAFT

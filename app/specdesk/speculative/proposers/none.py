@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -12,6 +12,10 @@ from .base import EMPTY_DRAFT, Budget, Draft
 
 class NoProposer:
     name = "none"
+    native_seconds = 0.0
+
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
+        return 0
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         return EMPTY_DRAFT
