@@ -47,6 +47,6 @@ def qwen_draft_path():
 @pytest.fixture(scope="session")
 def smol_draft_path(smol_path, tmp_path_factory):
     """A compatible but different draft: SmolLM2 requantized to Q4_0 by llama.cpp."""
-    from specdesk.engine.quantize import quantize
+    from quantize import quantize
 
     return quantize(smol_path, tmp_path_factory.mktemp("models") / "smol-q4_0.gguf", "Q4_0")

@@ -49,6 +49,12 @@ def test_compare_a_prompt_shows_speedups_identity_and_answers(qtbot, window, tmp
     assert cells["draft:k=2"][2].endswith("×") and cells["draft:k=2"][4].endswith("%")
     assert "identical" in cells["draft:k=2"][7] or "near-tie" in cells["draft:k=2"][7] or "MISMATCH" in cells["draft:k=2"][7]
     assert "RAM" in cells["draft:k=2"][6] and "no draft model" in cells["ngram:auto"][6]
+    # what "identical" means on this machine: the measured kernel drift, next to the identity column
+    drift = res["drift"]
+    assert drift["positions"] > 0 and [b["batch"] for b in drift["by_batch"]] == list(range(2, 10))
+    assert "drift flips" in cells["draft:k=2"][7]
+    assert tab.exactness.isVisible() and "as llama.cpp computes it in a verify batch" in tab.exactness.text()
+    assert "batch 2:" in tab.exactness.toolTip()
     # answers side by side: one column per configuration
     assert tab.answer_split.count() == 3
     # the chat's reference line learns target alone's speed
@@ -59,6 +65,7 @@ def test_compare_a_prompt_shows_speedups_identity_and_answers(qtbot, window, tmp
     assert {"report.json", "report.csv", "report.md", "speedup.png"} <= names
     assert json.loads((tmp_path / "report" / "report.json").read_text())["configs"] == res["configs"]
     assert len(list(csv.DictReader(open(tmp_path / "report" / "report.csv")))) == 3
+    assert "## Exactness and kernel drift" in (tmp_path / "report" / "report.md").read_text()
     assert window.send_btn.isEnabled()
 
 

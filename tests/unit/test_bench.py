@@ -236,3 +236,18 @@ def test_advice_on_a_gpu_like_machine_recommends_drafting():
     adv = advise(cal)
     assert adv.best.startswith("draft:k=") and adv.best_speedup > 1.5
     assert "pays" in adv.text and adv.memory_alternative is None
+
+
+def test_advice_states_the_exact_claim_with_the_measured_drift():
+    from specdesk.speculative.drift import BatchDrift, Drift
+
+    cal = _cal({b: 0.95 * b for b in range(1, 10)} | {1: 1.0}, draft_per_token=0.6, acceptance=_acceptance(0.85))
+    assert "not measured" in advise(cal).exactness and cal.to_dict()["drift"] is None
+    cal.drift = Drift(by_batch=(BatchDrift(2, 64, 0.0081, 0.053, 0.21, 0.05, 1, 0.115),), positions=64, near_ties=4,
+                      temperature=1.0)
+    adv = advise(cal)
+    assert "as llama.cpp computes it in a verify batch" in adv.exactness
+    assert "0.81% in total variation" in adv.exactness and "5.30% at worst" in adv.exactness
+    assert "flipped at 1.56% of positions" in adv.exactness
+    assert adv.to_dict()["exactness"] == adv.exactness
+    assert cal.to_dict()["drift"]["by_batch"][0]["tv_max"] == 0.053

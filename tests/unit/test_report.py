@@ -13,6 +13,7 @@ from statistics import median
 import numpy as np
 import pytest
 
+from specdesk import files
 from specdesk.bench import report
 from specdesk.bench.report import CSV_FIELDS, FILE_NAMES, markdown, write_report
 from specdesk.errors import SpecDeskError
@@ -312,7 +313,7 @@ def test_pngs_are_valid(written):
 
 
 def test_acceptance_by_position_aggregates_sums(result):
-    rates = report._acceptance_by_position(result)
+    rates = report.charts._acceptance_by_position(result)
     assert "none" not in rates and set(rates) == {"draft:k=2", "draft:auto", "ngram"}
     assert len(rates["draft:k=2"]) == 2
     runs = [r for r in result["runs"] if r["config"] == "draft:auto"]
@@ -345,7 +346,7 @@ def test_sampling_result_without_comparisons(tmp_path):
 def test_config_that_never_drafted(tmp_path):
     res = make_result(configs=("none", "ngram"), advisor=False, ngram_drafts=False, prompts=2, repeats=1)
     assert all(r["stats"]["drafted"] == 0 for r in res["runs"])
-    assert report._acceptance_by_position(res) == {}
+    assert report.charts._acceptance_by_position(res) == {}
     paths = write_report(res, tmp_path / "nodraft")
     assert [p.name for p in paths] == FILE_NAMES
     for p in paths[3:]:
@@ -413,7 +414,7 @@ def test_failure_while_rendering_leaves_no_directory(tmp_path, result, monkeypat
     def boom(_result):
         raise RuntimeError("chart failed")
 
-    monkeypatch.setattr(report, "tokens_per_second_chart", boom)
+    monkeypatch.setattr(report.charts, "tokens_per_second_chart", boom)
     with pytest.raises(RuntimeError):
         write_report(result, tmp_path / "a" / "b")
     assert list(tmp_path.iterdir()) == []
@@ -427,7 +428,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, result, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(src, dst)
 
-    monkeypatch.setattr(report.os, "replace", flaky)
+    monkeypatch.setattr(files.os, "replace", flaky)  # the one atomic writer, specdesk.files
     with pytest.raises(SpecDeskError, match="No space left"):
         write_report(result, tmp_path)
     names = sorted(os.listdir(tmp_path))
@@ -452,3 +453,43 @@ def test_import_is_cheap_and_never_imports_qt(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path / "out")) == sorted(FILE_NAMES)
+
+
+# -- exactness and kernel drift ------------------------------------------------------------------
+
+
+def _drift_dict() -> dict:
+    from specdesk.speculative.drift import BatchDrift, Drift
+
+    return Drift(
+        by_batch=(
+            BatchDrift(1, 32, 0.0, 0.0, 0.0, 0.0, 0),
+            BatchDrift(2, 32, 0.0081, 0.053, 0.21, 0.05, 1, 0.115),
+            BatchDrift(3, 32, 0.0064, 0.031, 0.18, 0.04, 0),
+        ),
+        positions=32, near_ties=3, temperature=1.0, window=16, windows=2,
+    ).to_dict()
+
+
+def test_markdown_states_the_claim_and_the_drift_by_batch_size(result):
+    md = markdown(dict(result, drift=_drift_dict()))
+    sec = "\n".join(_sections(md)["Exactness and kernel drift"])
+    assert "as llama.cpp computes it in a verify batch" in sec
+    assert "only at near-ties" in sec and "1.56% of positions" in sec  # 1 flip in 64 (position, batch) pairs
+    assert "| 2 | 0.810% | 5.30% | 0.2100 | 1 (3.1%) |" in sec
+    assert "| 1 (control: single steps again) | 0 | 0 | 0.0000 | 0 (0.0%) |" in sec
+    # each divergence in a sentence, the near-tie pointing to the drift
+    near = next(l for l in sec.splitlines() if "chat/chat-1" in l)
+    assert "near-tie at token 11" in near and "flips the argmax at 1.56% of positions" in near
+    mism = next(l for l in sec.splitlines() if "summarization/summarization-2" in l)
+    assert "mismatch at token 30" in mism and "worth reporting" in mism
+    # the advisor's calibration carries the drift too
+    md2 = markdown(dict(result, advisor=dict(result["advisor"], drift=_drift_dict())))
+    assert "| 3 | 0.640% | 3.10% | 0.1800 | 0 (0.0%) |" in md2
+
+
+def test_markdown_without_drift_says_it_was_not_measured_and_what_exact_means_at_t_gt_0():
+    md = markdown(make_result(advisor=False, prompts=1, repeats=1))
+    assert "the drift was not measured here" in md
+    md = markdown(dict(make_result(temperature=0.7, advisor=False, prompts=1, repeats=1), drift=_drift_dict()))
+    assert "At T=0.7 runs are not compared token for token" in md

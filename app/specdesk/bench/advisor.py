@@ -10,7 +10,11 @@ b tokens costs about b single steps, on a GPU about one.
 - a verify batch of b tokens, b = 2..9;
 - a draft-model call that drafts k tokens, k = 1..8 (the draft's own steps plus
   the Python around them);
-- the draft's acceptance per position, from a short greedy calibration run.
+- the draft's acceptance per position, from a short greedy calibration run;
+- the target's kernel drift: how far a verify batch of b tokens moves its
+  distribution from a single-token step (:mod:`specdesk.speculative.drift`), sized
+  to a few seconds from the costs just measured and cached per target setup,
+  machine and llama.cpp build (:mod:`specdesk.bench.drift_cache`).
 
 From these it predicts the speedup of every draft length and proposer, recommends
 one or says plainly that speculation slows this machine down, and then what the
@@ -20,19 +24,25 @@ draft's memory would buy instead. The core's ``auto`` uses the same cost model
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import Cancelled
+from ..errors import Cancelled, SpecDeskError
+from ..fmt import format_bytes
+from ..library.quants import QuantUpgrade, upgrade_for
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
+from ..speculative.drift import Drift, claim_text, measure_drift, probe_cost
 from ..speculative.proposers import DraftModelProposer
 from ..speculative.sampling import SamplingParams
+from . import drift_cache
 
 CALIBRATION_PROMPT = (
     "Here is a small Python module. Explain in two sentences what it does, then rewrite `load` "
@@ -60,7 +70,17 @@ CALIBRATION_PROMPT = (
     "        self.save()\n"
 )
 
+log = logging.getLogger(__name__)
+
 Progress = Callable[[str, float], None]
+
+# The kernel drift probe: T=1 without truncation shows the whole distribution's
+# drift (and the T=0 flips come from the same logits); positions per window; the
+# most windows; the seconds it may take when the costs are known.
+DRIFT_PARAMS = SamplingParams(temperature=1.0)
+DRIFT_WINDOW = 16
+DRIFT_MAX_WINDOWS = 6
+DRIFT_BUDGET_SECONDS = 8.0
 
 
 @dataclass
@@ -72,6 +92,9 @@ class Calibration:
     draft_bytes: int = 0
     kv_bytes_per_token: float = 0.0
     k_max: int = 8
+    drift: Drift | None = None
+    # the best higher quantization of the target the draft's memory would buy instead
+    quant_upgrade: QuantUpgrade | None = None
 
     @property
     def step(self) -> float:
@@ -92,6 +115,8 @@ class Calibration:
             "draft_acceptance": self.draft_acceptance.alphas(self.k_max) if self.draft_acceptance else None,
             "context_tokens": self.context_tokens,
             "seconds": self.seconds,
+            "drift": self.drift.to_dict() if self.drift is not None else None,
+            "quant_upgrade": self.quant_upgrade.to_dict() if self.quant_upgrade is not None else None,
         }
 
 
@@ -104,6 +129,63 @@ def _median_time(fn: Callable[[], None], reps: int) -> float:
     return statistics.median(ts)
 
 
+def drift_text(session) -> list[int]:
+    """The text the drift probe reads: the calibration prompt, as the target's chat."""
+    return session.chat_prompt([{"role": "user", "content": CALIBRATION_PROMPT}])
+
+
+def pair_drift(
+    session,
+    costs: CostModel | None = None,
+    batch_sizes: Sequence[int] = tuple(range(2, 10)),
+    params: SamplingParams = DRIFT_PARAMS,
+    windows: int | None = None,
+    budget_seconds: float = DRIFT_BUDGET_SECONDS,
+    progress: Callable[[float], None] | None = None,
+    use_cache: bool = True,
+    cache_path: Path | None = None,
+    control: bool = False,
+) -> Drift:
+    """The loaded target's kernel drift: from the cache when this target setup,
+    machine and llama.cpp build were measured before, else measured now over the
+    calibration text and saved. With measured ``costs`` the number of windows fits
+    ``budget_seconds``; without, two windows (or ``windows``). ``control`` adds the
+    single-step repeat (batch 1), which must show no drift. Leaves the target
+    context empty."""
+    text = drift_text(session)
+    spec = session.target.spec
+    k = None
+    if use_cache:
+        try:
+            k = drift_cache.key(
+                drift_cache.target_id(spec.path, session.target.ctx.threads, spec.n_gpu_layers),
+                drift_cache.machine_id(),
+                drift_cache.llama_build(),
+                drift_cache.probe_id(params, batch_sizes, text) + ("|control" if control else ""),
+            )
+        except OSError:
+            k = None
+        cached = drift_cache.load(k, cache_path) if k is not None else None
+        if cached is not None:
+            return replace(cached, extra={**cached.extra, "cached": True})
+    if windows is None:
+        windows = 2
+        step = costs.verify_cost(1) if costs is not None else None
+        if step:
+            one = probe_cost(step, lambda b: costs.verify_cost(b) or b * step, batch_sizes, DRIFT_WINDOW)
+            windows = int(max(1, min(DRIFT_MAX_WINDOWS, round(budget_seconds / one))))
+    session.target.ctx.rollback(0)
+    drift = measure_drift(
+        session.target.ctx, text, batch_sizes=batch_sizes, window=DRIFT_WINDOW, windows=windows,
+        params=params, progress=progress, control=control,
+    )
+    drift = replace(drift, extra={"target": spec.path.name, "build": drift_cache.llama_build(), "cached": False,
+                                  "threads": getattr(session.target.ctx, "threads", None)})
+    if k is not None:
+        drift_cache.save(k, replace(drift, extra={**drift.extra, "cached": True}), cache_path)
+    return drift
+
+
 def calibrate(
     session,
     progress: Progress | None = None,
@@ -111,8 +193,11 @@ def calibrate(
     k_max: int = 8,
     reps: int = 3,
     acceptance_tokens: int = 48,
+    drift: bool = True,
+    drift_cache_path: Path | None = None,
 ) -> Calibration:
-    """Measure the pair's costs and the draft's acceptance (see the module docstring)."""
+    """Measure the pair's costs, the draft's acceptance and the target's kernel drift
+    (see the module docstring)."""
     t_start = time.perf_counter()
 
     def step(msg: str, frac: float) -> None:
@@ -143,6 +228,18 @@ def calibrate(
         verify(b)
         costs.set_verify(b, _median_time(lambda b=b: verify(b), reps))
 
+    kernel_drift = None
+    if drift:
+        step("measuring the kernel drift of verify batches", 0.4)
+        try:
+            kernel_drift = pair_drift(
+                session, costs, batch_sizes=tuple(range(2, k_max + 2)),
+                progress=lambda f: step("measuring the kernel drift of verify batches", 0.4 + 0.1 * f),
+                cache_path=drift_cache_path,
+            )
+        except ValueError as e:  # a context too small for the probe: calibrate without it
+            log.info("kernel drift not measured: %s", e)
+
     acceptance = None
     if session.draft is not None:
         dctx = session.draft.ctx
@@ -157,7 +254,7 @@ def calibrate(
 
         draft(1)
         for k in range(1, k_max + 1):
-            step(f"measuring a draft of {k} tokens", 0.4 + 0.3 * k / k_max)
+            step(f"measuring a draft of {k} tokens", 0.5 + 0.25 * k / k_max)
             costs.set_draft(k, _median_time(lambda k=k: draft(k), max(2, reps - 1)))
 
         step("measuring the draft's acceptance", 0.75)
@@ -188,7 +285,17 @@ def calibrate(
         draft_bytes=d.total_bytes if d else 0,
         kv_bytes_per_token=session.target.model.kv_bytes_per_token(),
         k_max=k_max,
+        drift=kernel_drift,
+        quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
     )
+
+
+def _quant_upgrade(target: Path, budget_bytes: int) -> QuantUpgrade | None:
+    try:
+        return upgrade_for(target, budget_bytes)
+    except (OSError, SpecDeskError) as e:  # the target's metadata cannot tell: no suggestion
+        log.info("no quantization suggestion for %s: %s", target, e)
+        return None
 
 
 # -- predictions ------------------------------------------------------------------------
@@ -271,6 +378,7 @@ class Advice:
     text: str
     table: list[dict] = field(default_factory=list)  # config, predicted_speedup
     memory_alternative: str | None = None
+    exactness: str = ""  # what "the same output" means here, with the measured drift
 
     def to_dict(self) -> dict:
         return {
@@ -279,11 +387,8 @@ class Advice:
             "recommendation": self.text,
             "predictions": self.table,
             "memory_alternative": self.memory_alternative,
+            "exactness": self.exactness,
         }
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def advise(cal: Calibration, measured: dict | None = None) -> Advice:
@@ -337,11 +442,14 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
     if best == "none" and cal.draft_bytes and cal.kv_bytes_per_token:
         n = int(cal.draft_bytes / cal.kv_bytes_per_token)
         memory_alternative = (
-            f"The draft's {_fmt_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "
-            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)."
+            f"The draft's {format_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "
+            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)"
+            + (f", or a better quantization of the target: {cal.quant_upgrade.describe()}." if cal.quant_upgrade else ".")
         )
         parts.append(memory_alternative)
-    return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table, memory_alternative=memory_alternative)
+    exactness = claim_text(cal.drift.to_dict() if cal.drift is not None else None)
+    return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table,
+                  memory_alternative=memory_alternative, exactness=exactness)
 
 
 def advisor_section(cal: Calibration, result: dict) -> dict:
@@ -355,4 +463,9 @@ def advisor_section(cal: Calibration, result: dict) -> dict:
         "recommendation": adv.text,
         "memory_alternative": adv.memory_alternative,
         "what_if": adv.table,
+        "drift": cal.drift.to_dict() if cal.drift is not None else None,
+        "exactness": claim_text(
+            cal.drift.to_dict() if cal.drift is not None else None,
+            (result.get("meta") or {}).get("settings", {}).get("temperature"),
+        ),
     }

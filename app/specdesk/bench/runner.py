@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from .. import __version__
-from ..errors import Cancelled
+from ..engine.memory import gpu_memory
+from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
+from ..speculative.divergence import explain
 from ..speculative.sampling import SamplingParams
 from .configs import BenchConfig
 from .suites import Suite
@@ -78,8 +80,6 @@ class SessionTarget:
         self.session.warm_up()
 
     def explain(self, prompt, base, other):
-        from ..speculative.divergence import explain
-
         d = explain(self.session.target.ctx, prompt, base.steps, other.steps)
         self.session.reset()
         return None if d is None else d.to_dict()
@@ -110,8 +110,6 @@ class SessionTarget:
 
 
 def machine() -> dict:
-    from ..engine.memory import gpu_memory
-
     gpus, status = gpu_memory()
     try:
         import psutil
@@ -157,8 +155,6 @@ def run_bench(
     if not target.has_draft:
         missing = [c.name for c in configs if c.needs_draft]
         if missing:
-            from ..errors import SpecDeskError
-
             raise SpecDeskError(f"{', '.join(missing)} need a draft model; load one or drop them from --configs")
     sampling = SamplingParams(temperature=options.temperature)
     plan = schedule(suites, configs, options.repeats)

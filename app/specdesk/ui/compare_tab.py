@@ -4,7 +4,9 @@ Pick prompts (one of your own, or a suite) and configurations; SpecDesk runs the
 interleaved against target alone, off the UI thread, and shows tokens/s, the paired
 speedup, acceptance, tokens per step, the draft's extra memory, whether the output
 is identical at temperature 0 (and why not), the advisor's prediction next to each
-measured speedup, and the answers side by side.
+measured speedup, and the answers side by side. Next to "identical at T=0" it shows
+what exactness means on this machine: the target's kernel drift between single-token
+steps and verify batches, measured (or taken from the cache) before the runs.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ from PySide6.QtWidgets import (
 )
 
 from ..bench.configs import parse_configs
-from ..errors import SpecDeskError
-from .stats_panel import BLUE, GREY, fmt_bytes
+from ..errors import Cancelled, SpecDeskError
+from ..speculative.divergence import verdict_text
+from ..speculative.drift import claim_text
+from ..fmt import format_bytes
+from .stats_panel import BLUE, GREY
 from .tasks import Task
 
 log = logging.getLogger(__name__)
@@ -167,6 +172,12 @@ class CompareTab(QWidget):
         self.advice.setStyleSheet("padding:6px; background:#f1f3f5; border-radius:4px;")
         self.advice.setVisible(False)
         cl.addWidget(self.advice)
+        self.exactness = QLabel("")
+        self.exactness.setObjectName("exactnessLabel")
+        self.exactness.setWordWrap(True)
+        self.exactness.setStyleSheet("padding:6px; background:#f8f9fa; border-radius:4px; color:#343a40;")
+        self.exactness.setVisible(False)
+        cl.addWidget(self.exactness)
         cl.addStretch(1)
         root.addWidget(controls)
 
@@ -279,16 +290,26 @@ class CompareTab(QWidget):
         total_runs = sum(len(s.prompts) for s in suites) * repeats * len(configs) + len(configs)
 
         def work(task: Task):
-            from ..bench.advisor import advisor_section, calibrate
+            from ..bench.advisor import advisor_section, calibrate, pair_drift
             from ..bench.runner import BenchOptions, SessionTarget, run_bench
 
             cal = None
             if use_advisor:
                 cal = calibrate(session, progress=lambda m, f: task.report(m, 0.2 * f), cancel=task.is_cancelled)
                 session.auto.costs = copy.deepcopy(cal.costs)
+                drift = cal.drift
+            else:
+                # what "identical" means here: the kernel drift (cached per target setup,
+                # machine and llama.cpp build; a few seconds the first time)
+                def drift_progress(f: float) -> None:
+                    if task.is_cancelled():
+                        raise Cancelled("the comparison was cancelled")
+                    task.report("measuring the kernel drift of verify batches", 0.1 * f)
+
+                drift = pair_drift(session, progress=drift_progress)
 
             def prog(done: int, total: int, what: str) -> None:
-                base = 0.2 if use_advisor else 0.0
+                base = 0.2 if use_advisor else 0.1
                 task.report(f"{done}/{total}: {what}", base + (1 - base) * done / max(1, total))
 
             res = run_bench(
@@ -301,9 +322,16 @@ class CompareTab(QWidget):
             )
             if cal is not None:
                 res["advisor"] = advisor_section(cal, res)
+            if drift is not None:
+                res["drift"] = drift.to_dict()
             return res
 
-        task = Task(work, "comparison")
+        def leased(task: Task):
+            # the session is freed only after this comparison ends (Session.lease)
+            with session.lease():
+                return work(task)
+
+        task = Task(leased, "comparison")
         self._task = task
         task.progress.connect(self._on_progress)
         task.succeeded.connect(self._on_done)
@@ -361,9 +389,9 @@ class CompareTab(QWidget):
             pred = sum(preds[c]) / len(preds[c]) if c in preds else None
             extra = "—"
             if c != "none" and c.split(":")[0] in ("draft", "hybrid"):
-                extra = f"+{fmt_bytes(mem.get('extra_ram_bytes'))} RAM"
+                extra = f"+{format_bytes(mem.get('extra_ram_bytes'))} RAM"
                 if mem.get("extra_vram_bytes"):
-                    extra += f", +{fmt_bytes(mem.get('extra_vram_bytes'))} VRAM"
+                    extra += f", +{format_bytes(mem.get('extra_vram_bytes'))} VRAM"
             elif c != "none":
                 extra = "none (no draft model)"
             ident, tip = self._identity(res, row)
@@ -388,6 +416,11 @@ class CompareTab(QWidget):
         text = adv.get("recommendation")
         self.advice.setText(text or "")
         self.advice.setVisible(bool(text))
+        drift = self._drift(res)
+        temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
+        self.exactness.setText(claim_text(drift, temperature))
+        self.exactness.setToolTip(self._drift_table(drift))
+        self.exactness.setVisible(True)
         self.answer_prompt.blockSignals(True)
         self.answer_prompt.clear()
         seen = []
@@ -400,28 +433,48 @@ class CompareTab(QWidget):
         self._show_answers()
 
     @staticmethod
-    def _identity(res: dict, row: dict) -> tuple[str, str]:
+    def _drift(res: dict) -> dict | None:
+        d = res.get("drift") or (res.get("advisor") or {}).get("drift")
+        return d if isinstance(d, dict) else None
+
+    @staticmethod
+    def _drift_table(drift: dict | None) -> str:
+        """The drift by batch size, for a tooltip."""
+        if not drift:
+            return "The kernel drift was not measured."
+        lines = [f"Kernel drift by verify batch size ({drift.get('positions')} positions):"]
+        for b in drift.get("by_batch") or []:
+            lines.append(
+                f"  batch {b['batch']}: mean TV {100 * b['tv_mean']:.3f}%, worst {100 * b['tv_max']:.2f}%, "
+                f"logits ±{b['logit_diff_max']:.3f}, argmax flips {b['flips']}/{b['positions']}"
+            )
+        return "\n".join(lines)
+
+    @classmethod
+    def _identity(cls, res: dict, row: dict) -> tuple[str, str]:
+        drift = cls._drift(res)
         if row["config"] == "none":
             return "baseline", ""
         if not row["compared"]:
-            return "not checked (T > 0)", "Outputs are compared at temperature 0 only."
+            temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
+            return "not compared (T > 0)", claim_text(drift, temperature)
         tips = []
         for r in res["runs"]:
             if r["config"] == row["config"] and r["identical"] is False and r.get("divergence"):
-                d = r["divergence"]
-                tips.append(
-                    f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: from token {d.get('index')} "
-                    f"{d.get('baseline_text')!r} vs {d.get('speculative_text')!r}, margin {d.get('margin', float('nan')):.3f} → {d.get('verdict')}"
-                )
+                tips.append(f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: {verdict_text(r['divergence'], drift)}")
         text = f"{row['identical']}/{row['compared']} identical"
         if row["near_ties"]:
             text += f", {row['near_ties']} near-tie"
         if row["mismatches"]:
             text += f", {row['mismatches']} MISMATCH"
+        if drift and drift.get("positions"):
+            text += f" · drift flips {100 * drift.get('flip_share', 0.0):.2g}%"
         tip = "\n".join(tips[:12])
         if row["near_ties"] and not row["mismatches"]:
-            tip += "\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two best tokens nearly tie the argmax can flip. Not a bug."
-        return text, tip
+            tip += ("\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two "
+                    "best tokens nearly tie the argmax can flip. Not a bug.")
+        tip += "\n\n" + claim_text(drift)
+        return text, tip.strip()
 
     def _draw_chart(self, overall: list[dict], preds: dict[str, list[float]]) -> None:
         self.chart.clear()

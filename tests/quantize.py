@@ -1,4 +1,5 @@
-"""Requantize a GGUF with llama.cpp (e.g. to make a compatible but different draft)."""
+"""Requantize a GGUF with llama.cpp, to make a compatible but different draft for the tests
+(test-only: the app never quantizes)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import llama_cpp
 
-from ..errors import SpecDeskError
-from .model import ensure_backend
+from specdesk.errors import SpecDeskError
+from specdesk.engine.model import ensure_backend
 
 FTYPES = {
     "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,

@@ -1,0 +1,303 @@
+"""report.md: tables a person can paste into a GitHub issue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...fmt import format_bytes
+from ...speculative.divergence import verdict_text
+from ...speculative.drift import claim_text
+from .result import BASELINE, drift_of, validate
+from .result import basename as _basename
+from .result import configs as _configs
+from .result import num as _num
+from .result import suites as _suites
+
+# At most this many divergences are explained one by one.
+MAX_DIVERGENCES = 12
+
+
+def markdown(result: dict) -> str:
+    """The report.md content: tables a person can paste into a GitHub issue."""
+    validate(result)
+    meta = result.get("meta") or {}
+    settings = meta.get("settings") or {}
+    configs = _configs(result)
+    suites = _suites(result)
+    per_suite = {(r.get("suite"), r.get("config")): r for r in (result["summary"].get("per_suite") or [])}
+    overall = {r.get("config"): r for r in (result["summary"].get("overall") or [])}
+    temperature = settings.get("temperature")
+    sampled = _num(temperature) is not None and float(temperature) > 0.0
+
+    lines: list[str] = ["# SpecDesk benchmark", "", _header_line(meta), ""]
+    if not result["runs"]:
+        lines += ["No runs.", ""]
+
+    for suite in suites:
+        rows = [per_suite[(suite, c)] for c in configs if (suite, c) in per_suite]
+        if not rows:
+            continue
+        prompts = max((r.get("prompts") or 0) for r in rows)
+        lines.append(f"## {suite} ({prompts} prompt{'s' if prompts != 1 else ''})")
+        lines.append("")
+        lines.extend(_table(rows, ranges=True))
+        lines.append("")
+
+    if overall:
+        lines.append("## All suites")
+        lines.append("")
+        lines.extend(_table([overall[c] for c in configs if c in overall], ranges=False))
+        lines.append("")
+
+    advisor = result.get("advisor")
+    if advisor:
+        lines.extend(_advisor_section(advisor, suites, configs))
+
+    drift = drift_of(result)
+    lines.extend(_exactness_section(result, drift, _num(temperature)))
+    lines.extend(_memory_section(result.get("memory"), meta))
+    lines.extend(_how_to_read(sampled))
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+DASH = "–"
+
+
+def _md_cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _pct(v: Any) -> str:
+    v = _num(v)
+    return DASH if v is None else f"{v * 100:.1f}%"
+
+
+def _fixed(v: Any, digits: int) -> str:
+    v = _num(v)
+    return DASH if v is None else f"{v:.{digits}f}"
+
+
+def _speedup(row: dict, ranges: bool) -> str:
+    s = _num(row.get("speedup"))
+    if s is None:
+        return DASH
+    text = f"{s:.2f}×"
+    lo, hi = _num(row.get("speedup_min")), _num(row.get("speedup_max"))
+    if ranges and row.get("config") != BASELINE and lo is not None and hi is not None:
+        text += f" ({lo:.2f}–{hi:.2f})"
+    return text
+
+
+def _identical(row: dict) -> str:
+    if row.get("config") == BASELINE:
+        return "baseline"
+    compared = row.get("compared") or 0
+    if not compared:
+        return DASH
+    text = f"{row.get('identical') or 0}/{compared}"
+    notes = []
+    near, mism = row.get("near_ties") or 0, row.get("mismatches") or 0
+    if near:
+        notes.append(f"{near} near-tie{'s' if near != 1 else ''}")
+    if mism:
+        notes.append(f"**{mism} mismatch{'es' if mism != 1 else ''}**")
+    if notes:
+        text += " (" + ", ".join(notes) + ")"
+    return text
+
+
+def _table(rows: list[dict], ranges: bool) -> list[str]:
+    speed_head = "speedup (range)" if ranges else "speedup"
+    out = [
+        f"| config | tok/s | {speed_head} | acceptance | tokens/step | identical at T=0 | Python overhead |",
+        "|---|--:|--:|--:|--:|:-:|--:|",
+    ]
+    for r in rows:
+        cells = [
+            f"`{_md_cell(r.get('config'))}`",
+            _fixed(r.get("median_tps"), 1),
+            _speedup(r, ranges),
+            _pct(r.get("acceptance")),
+            _fixed(r.get("mean_accepted_length"), 2),
+            _identical(r),
+            _pct(r.get("overhead_share")),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _header_line(meta: dict) -> str:
+    machine = meta.get("machine") or {}
+    settings = meta.get("settings") or {}
+    m = str(machine.get("cpu") or "unknown CPU")
+    if machine.get("cores"):
+        m += f" ({machine['cores']} cores)"
+    if machine.get("gpu"):
+        m += f", {machine['gpu']}"
+    target = f"`{_md_cell(_basename(meta['target']))}`" if meta.get("target") else "unknown"
+    parts = [f"**Machine:** {_md_cell(m)}", f"**Target:** {target}"]
+    parts.append(f"**Draft:** `{_md_cell(_basename(meta.get('draft')))}`" if meta.get("draft") else "**Draft:** none")
+    s = []
+    if settings.get("max_tokens") is not None:
+        s.append(f"max {settings['max_tokens']} tokens")
+    if settings.get("temperature") is not None:
+        s.append(f"temperature {settings['temperature']}")
+    if settings.get("repeats") is not None:
+        s.append(f"{settings['repeats']} repeat{'s' if settings['repeats'] != 1 else ''}")
+    if settings.get("seed") is not None:
+        s.append(f"seed {settings['seed']}")
+    if s:
+        parts.append("**Settings:** " + ", ".join(s))
+    tail = []
+    if meta.get("specdesk_version"):
+        tail.append(f"SpecDesk {meta['specdesk_version']}")
+    if meta.get("created"):
+        tail.append(str(meta["created"]))
+    if tail:
+        parts.append(", ".join(tail))
+    return " · ".join(parts)
+
+
+def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> list[str]:
+    lines = ["## Advisor", ""]
+    preds = list(advisor.get("predictions") or [])
+    if preds:
+        s_rank = {s: i for i, s in enumerate(suites)}
+        c_rank = {c: i for i, c in enumerate(configs)}
+        preds.sort(key=lambda p: (s_rank.get(p.get("suite"), len(s_rank)), c_rank.get(p.get("config"), len(c_rank))))
+        lines.append("Speedup predicted from the measured costs and acceptance, against the speedup measured:")
+        lines.append("")
+        lines.append("| suite | config | predicted | measured | error |")
+        lines.append("|---|---|--:|--:|--:|")
+        errors = []
+        for p in preds:
+            err = _num(p.get("error"))
+            if err is not None:
+                errors.append(abs(err))
+            pred, meas = _num(p.get("predicted_speedup")), _num(p.get("measured_speedup"))
+            lines.append(
+                f"| {_md_cell(p.get('suite'))} | `{_md_cell(p.get('config'))}` | "
+                f"{DASH if pred is None else f'{pred:.2f}×'} | {DASH if meas is None else f'{meas:.2f}×'} | "
+                f"{DASH if err is None else f'{err * 100:.1f}%'} |"
+            )
+        lines.append("")
+        if errors:
+            lines.append(f"Mean absolute prediction error: {sum(errors) / len(errors) * 100:.1f}%.")
+            lines.append("")
+    costs = advisor.get("costs") or {}
+    verify, draft = costs.get("verify") or {}, costs.get("draft") or {}
+    sizes = sorted({k for k in list(verify) + list(draft)}, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0, str(k)))
+    if sizes:
+        lines.append("Measured costs (milliseconds):")
+        lines.append("")
+        lines.append("| tokens | verify pass | draft step |")
+        lines.append("|--:|--:|--:|")
+        for k in sizes:
+            v, d = _num(verify.get(k)), _num(draft.get(k))
+            lines.append(f"| {k} | {DASH if v is None else f'{v * 1000:.1f}'} | {DASH if d is None else f'{d * 1000:.1f}'} |")
+        lines.append("")
+    if advisor.get("recommendation"):
+        lines.append(f"**Recommendation:** {advisor['recommendation']}")
+        lines.append("")
+    if advisor.get("memory_alternative"):
+        lines.append(f"**If memory is tight:** {advisor['memory_alternative']}")
+        lines.append("")
+    return lines
+
+
+
+def _bytes(v: Any) -> str:
+    n = _num(v)
+    if n is None:
+        return DASH
+    return "none" if n == 0 else format_bytes(n)
+
+
+def _exactness_section(result: dict, drift: dict | None, temperature: float | None) -> list[str]:
+    """What "identical" means here, the measured kernel drift by batch size, and each
+    divergence at T=0 in a sentence."""
+    lines = ["## Exactness and kernel drift", "", claim_text(drift, temperature), ""]
+    rows = [b for b in (drift or {}).get("by_batch") or [] if isinstance(b, dict)]
+    if rows:
+        s = (drift.get("sampling") or {}) if drift else {}
+        lines.append(
+            f"The target's logits from a single-token step against the same position in a verify batch "
+            f"({drift.get('positions')} positions; total variation at T={_num(s.get('temperature')) or 0:g}; "
+            f"{_pct(drift.get('near_tie_share'))} of positions are near-ties, top two within "
+            f"{_num(drift.get('near_tie_logits')) or 0:g} logits):"
+        )
+        lines.append("")
+        lines.append("| batch | mean TV | worst TV | largest logit difference | argmax flips at T=0 |")
+        lines.append("|--:|--:|--:|--:|--:|")
+        for b in rows:
+            label = f"{b.get('batch')}" + (" (control: single steps again)" if b.get("batch") == 1 else "")
+            lines.append(
+                f"| {label} | {_pct4(b.get('tv_mean'))} | {_pct4(b.get('tv_max'))} | "
+                f"{_fixed(b.get('logit_diff_max'), 4)} | {b.get('flips', 0)} ({_pct(b.get('flip_share'))}) |"
+            )
+        lines.append("")
+    explained = []
+    for run in result.get("runs") or []:
+        div = run.get("divergence")
+        if run.get("identical") is False and isinstance(div, dict):
+            explained.append(
+                f"- {_md_cell(run.get('suite'))}/{_md_cell(run.get('prompt_id'))} #{(run.get('repeat') or 0) + 1} "
+                f"`{_md_cell(run.get('config'))}`: {_md_cell(verdict_text(div, drift))}"
+            )
+    if explained:
+        lines.append("Differences from target alone at T=0:")
+        lines.append("")
+        lines.extend(explained[:MAX_DIVERGENCES])
+        if len(explained) > MAX_DIVERGENCES:
+            lines.append(f"- … and {len(explained) - MAX_DIVERGENCES} more (report.json has them all)")
+        lines.append("")
+    return lines
+
+
+def _pct4(v: Any) -> str:
+    v = _num(v)
+    if v is None:
+        return DASH
+    return "0" if v == 0 else f"{v * 100:.3f}%" if v < 0.01 else f"{v * 100:.2f}%"
+
+
+def _memory_section(memory: dict | None, meta: dict) -> list[str]:
+    lines = ["## Memory", ""]
+    if not memory:
+        lines += ["Not measured.", ""]
+        return lines
+    lines.append(f"- Target model: {_bytes(memory.get('target_bytes'))}")
+    if meta.get("draft") or _num(memory.get("draft_bytes")):
+        lines.append(f"- Draft model: {_bytes(memory.get('draft_bytes'))}")
+        lines.append(
+            f"- The draft adds {_bytes(memory.get('extra_ram_bytes'))} of RAM and "
+            f"{_bytes(memory.get('extra_vram_bytes'))} of VRAM."
+        )
+    else:
+        lines.append("- No draft model: n-gram lookup needs no extra memory.")
+    lines.append("")
+    return lines
+
+
+def _how_to_read(sampled: bool) -> list[str]:
+    lines = [
+        "## How to read this",
+        "",
+        "- **speedup**: for each prompt, tokens/s of the configuration divided by tokens/s of "
+        "`none` (the target alone) on the same prompt; the median over prompts, and in the "
+        "suite tables the range over prompts. Above 1.00× speculation pays, below it costs.",
+        "- **tok/s**: median decode speed (prompt processing excluded).",
+        "- **acceptance**: share of drafted tokens the target accepted.",
+        "- **tokens/step**: tokens per target verify pass, the target's own correction or bonus "
+        "token included (1.00 means nothing drafted was ever kept).",
+        "- **identical at T=0**: outputs equal to the target alone's. A *near-tie* is a "
+        "difference where the target's two best tokens were within 0.5 logits (llama.cpp's "
+        "batch kernels round differently from single-token steps: see *Exactness and kernel "
+        "drift*), which is expected; a *mismatch* is not, and worth reporting.",
+        "- **Python overhead**: share of decode time spent outside llama.cpp.",
+    ]
+    if sampled:
+        lines.append("- Outputs are compared only at temperature 0; this run sampled, so the column is empty.")
+    lines.append("")
+    return lines
+
