@@ -1,13 +1,21 @@
 """Proposers: where draft tokens come from. One small interface, one file each."""
 
-from .base import EMPTY_DRAFT, Budget, Draft, Proposer
+from .base import EMPTY_DRAFT, LOOKUP_SOURCES, MODEL_SOURCES, Budget, Draft, Proposer
 from .draft_model import DraftModelProposer
+from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
 from .ngram import NgramMatch, NgramProposer, find_ngram
 from .none import NoProposer
+from .translated import Tokenizer, TranslatedDraftProposer
 
 __all__ = [
     "EMPTY_DRAFT",
+    "LOOKUP_SOURCES",
+    "MODEL_SOURCES",
+    "HistoryIndex",
+    "HistoryProposer",
+    "Tokenizer",
+    "TranslatedDraftProposer",
     "Budget",
     "Draft",
     "DraftModelProposer",

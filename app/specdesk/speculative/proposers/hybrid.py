@@ -1,34 +1,43 @@
-"""Hybrid: copy from an n-gram match when there is one worth using, else ask the
-draft model."""
+"""Hybrid: copy the longest match there is (from the prompt and the answer so far, or
+from earlier turns), else ask the draft model (same vocabulary or translated)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..sampling import SamplingParams
-from .base import Budget, Draft
-from .draft_model import DraftModelProposer
+from .base import EMPTY_DRAFT, Budget, Draft, Proposer
+from .history import HistoryProposer
 from .ngram import NgramProposer
 
 
 class HybridProposer:
     name = "hybrid"
 
-    def __init__(self, draft: DraftModelProposer, ngram: NgramProposer | None = None) -> None:
+    def __init__(self, draft: Proposer, ngram: NgramProposer | None = None,
+                 history: HistoryProposer | None = None) -> None:
         self.draft = draft
         self.ngram = ngram or NgramProposer()
+        self.history = history
 
     @property
     def native_seconds(self) -> float:
         return self.draft.native_seconds
 
-    def prepare(self, prompt: Sequence[int], budget: Budget) -> None:
-        self.draft.prepare(prompt, budget)
+    def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
+        return self.draft.prepare(prompt, budget)
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        d = self.ngram.propose(seq, budget, params, rng)
+        m = self.ngram.lookup(seq)
+        h = self.history.lookup(seq) if self.history is not None else None
+        if h is not None and (m is None or h.length > m.length):
+            d = self.history.propose(seq, budget, params, rng)
+        elif m is not None:
+            d = self.ngram.propose(seq, budget, params, rng)
+        else:
+            d = EMPTY_DRAFT
         if len(d):
             return d
         return self.draft.propose(seq, budget, params, rng)
