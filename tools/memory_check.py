@@ -17,7 +17,7 @@ import psutil
 from specdesk.engine.context import Context
 from specdesk.engine.model import Model, repack_types
 from specdesk.library.defaults import default_models
-from specdesk.library.gguf_file import estimate_memory, validate_gguf
+from specdesk.library.gguf import estimate_memory, validate_gguf
 
 
 def mib(n: float) -> str:

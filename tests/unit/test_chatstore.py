@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specdesk import chatstore
-from specdesk.chatstore import ChatStore, Message
+from specdesk.session import chatstore
+from specdesk.session.chatstore import ChatStore, Message
 
 # The schema SpecDesk 0.1 wrote, with no version.
 UNVERSIONED = """
@@ -199,7 +199,7 @@ def test_a_failed_replace_changes_nothing(tmp_path):
     c = store.create_chat()
     store.add_message(c.id, Message("user", "q"))
     old = store.add_message(c.id, Message("assistant", "old"))
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError):  # the stats cannot be stored as JSON
         store.replace_answer(c.id, Message("assistant", "new", stats={"x": object()}), replaces=old.id)
     assert [m.content for m in store.messages(c.id)] == ["q", "old"]
     store.close()

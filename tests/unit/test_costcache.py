@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from specdesk import costmemory, files
+from specdesk import files
+from specdesk.session import costcache
 from specdesk.speculative.controller import AutoK, StepCost
 from specdesk.speculative.costmodel import CostModel
 
@@ -52,11 +53,11 @@ def test_damaged_entries_are_skipped():
 
 def test_save_and_load_a_real_file(tmp_path):
     path = tmp_path / "cache" / "auto-costs.json"
-    assert costmemory.load("pair", path) is None  # nothing saved yet
+    assert costcache.load("pair", path) is None  # nothing saved yet
     state = _measured().saved_costs()
-    costmemory.save("pair", state, path)
-    assert costmemory.load("pair", path) == state
-    assert costmemory.load("another pair", path) is None
+    costcache.save("pair", state, path)
+    assert costcache.load("pair", path) == state
+    assert costcache.load("another pair", path) is None
     # no temp file left: the folder holds the file and nothing else (the atomic write's
     # temporary is ".auto-costs.json.XXXX.tmp" beside it)
     assert sorted(p.name for p in path.parent.iterdir()) == ["auto-costs.json"]
@@ -65,31 +66,31 @@ def test_save_and_load_a_real_file(tmp_path):
 def test_a_corrupt_file_is_ignored_and_replaced(tmp_path):
     path = tmp_path / "auto-costs.json"
     path.write_text("{ not json")
-    assert costmemory.load("pair", path) is None
-    costmemory.save("pair", {"verify": {"1": 0.1}}, path)
-    assert costmemory.load("pair", path) == {"verify": {"1": 0.1}}
+    assert costcache.load("pair", path) is None
+    costcache.save("pair", {"verify": {"1": 0.1}}, path)
+    assert costcache.load("pair", path) == {"verify": {"1": 0.1}}
 
 
 def test_keeps_only_the_most_recent_pairs(tmp_path):
     path = tmp_path / "auto-costs.json"
-    for i in range(costmemory.MAX_ENTRIES + 5):
-        costmemory.save(f"pair {i}", {"verify": {"1": 0.1}}, path)
+    for i in range(costcache.MAX_ENTRIES + 5):
+        costcache.save(f"pair {i}", {"verify": {"1": 0.1}}, path)
     pairs = json.loads(path.read_text())["pairs"]
-    assert len(pairs) == costmemory.MAX_ENTRIES
-    assert "pair 0" not in pairs and f"pair {costmemory.MAX_ENTRIES + 4}" in pairs
+    assert len(pairs) == costcache.MAX_ENTRIES
+    assert "pair 0" not in pairs and f"pair {costcache.MAX_ENTRIES + 4}" in pairs
 
 
 def test_the_key_changes_with_the_file_and_the_setup(tmp_path):
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     a.write_bytes(b"x")
     b.write_bytes(b"y")
-    k = costmemory.pair_key(a, 2, 0, b, 2, 0)
-    assert costmemory.pair_key(a, 2, 0, b, 2, 0) == k
-    assert costmemory.pair_key(a, 4, 0, b, 2, 0) != k  # threads
-    assert costmemory.pair_key(a, 2, 99, b, 2, 0) != k  # GPU offload
-    assert costmemory.pair_key(a, 2, 0, None, None, 0) != k  # no draft
+    k = costcache.pair_key(a, 2, 0, b, 2, 0)
+    assert costcache.pair_key(a, 2, 0, b, 2, 0) == k
+    assert costcache.pair_key(a, 4, 0, b, 2, 0) != k  # threads
+    assert costcache.pair_key(a, 2, 99, b, 2, 0) != k  # GPU offload
+    assert costcache.pair_key(a, 2, 0, None, None, 0) != k  # no draft
     a.write_bytes(b"xx")  # the file changed
-    assert costmemory.pair_key(a, 2, 0, b, 2, 0) != k
+    assert costcache.pair_key(a, 2, 0, b, 2, 0) != k
 
 
 def test_the_temp_file_check_can_fail(tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def test_the_temp_file_check_can_fail(tmp_path, monkeypatch):
             f.write(data)
 
     monkeypatch.setattr(files.os, "replace", leaky_replace)
-    costmemory.save("pair", {"verify": {"1": 0.1}}, path)
+    costcache.save("pair", {"verify": {"1": 0.1}}, path)
     names = sorted(p.name for p in path.parent.iterdir())
     assert names != ["auto-costs.json"] and any(n.startswith(".auto-costs.json.") for n in names)
 
@@ -121,15 +122,15 @@ def _kept(folder):
 def test_a_cache_of_the_wrong_shape_is_ignored_then_replaced(tmp_path, content):
     path = tmp_path / "auto-costs.json"
     path.write_text(content)
-    assert costmemory.load("pair", path) is None
-    costmemory.save("pair", {"verify": {"1": 0.1}}, path)
-    assert costmemory.load("pair", path) == {"verify": {"1": 0.1}}
+    assert costcache.load("pair", path) is None
+    costcache.save("pair", {"verify": {"1": 0.1}}, path)
+    assert costcache.load("pair", path) == {"verify": {"1": 0.1}}
 
 
 def test_an_unreadable_cache_is_moved_aside_not_deleted(tmp_path):
     path = tmp_path / "auto-costs.json"
     path.write_text("[" * 200_000 + "]" * 200_000)
-    assert costmemory.load("pair", path) is None
+    assert costcache.load("pair", path) is None
     [kept] = _kept(tmp_path)
     assert kept.read_text().startswith("[[[")
 
@@ -145,15 +146,15 @@ def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
                                             "counts": [1], "catch_up": {"a": 1}}},
         "good": {"seq": 3, "state": good},
     }}))
-    assert costmemory.load("list entry", path) is None
-    assert costmemory.load("list state", path) is None
-    assert costmemory.load("bad seq", path) == good
-    assert costmemory.load("inner lists", path) == {"verify": {}, "draft": {"3": 0.2}}
-    assert costmemory.load("good", path) == good
+    assert costcache.load("list entry", path) is None
+    assert costcache.load("list state", path) is None
+    assert costcache.load("bad seq", path) == good
+    assert costcache.load("inner lists", path) == {"verify": {}, "draft": {"3": 0.2}}
+    assert costcache.load("good", path) == good
     # what load gives is what the controller reads without failing
     for key in ("bad seq", "inner lists", "good"):
-        AutoK().restore_costs(costmemory.load(key, path))
-    costmemory.save("new", good, path)  # a text seq once crashed max()
+        AutoK().restore_costs(costcache.load(key, path))
+    costcache.save("new", good, path)  # a text seq once crashed max()
     pairs = json.loads(path.read_text())["pairs"]
     assert set(pairs) == {"bad seq", "inner lists", "good", "new"} and pairs["new"]["seq"] == 4
 
@@ -162,9 +163,9 @@ def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
 def test_a_file_name_that_is_not_utf8_is_saved_and_found_again(tmp_path):
     target = tmp_path / os.fsdecode(b"model-\xff\xfe.gguf")  # a surrogate-escaped name
     target.write_bytes(b"x")
-    key = costmemory.pair_key(target, 2, 0, None, None, 0)
+    key = costcache.pair_key(target, 2, 0, None, None, 0)
     assert "\udcff" in key
     path = tmp_path / "auto-costs.json"
-    costmemory.save(key, {"verify": {"1": 0.1}}, path)  # raised UnicodeEncodeError (ensure_ascii=False)
-    assert costmemory.load(key, path) == {"verify": {"1": 0.1}}
+    costcache.save(key, {"verify": {"1": 0.1}}, path)  # raised UnicodeEncodeError (ensure_ascii=False)
+    assert costcache.load(key, path) == {"verify": {"1": 0.1}}
     path.read_bytes().decode("ascii")  # plain ASCII on disk

@@ -18,14 +18,8 @@ import pytest
 from pypi_index import FakeIndex, build_wheel
 from specdesk.errors import Cancelled, FetchError
 from specdesk.library import defaults, pypi_fetch
-from specdesk.library.pypi_fetch import (
-    DEFAULT_INDEX,
-    download_wheels,
-    find_wheel,
-    parse_requirement,
-    pip_config_files,
-    pip_settings,
-)
+from specdesk.library.pip_settings import DEFAULT_INDEX, pip_config_files, pip_settings
+from specdesk.library.pypi_fetch import download_wheels, find_wheel, parse_requirement
 
 PAYLOAD = bytes(range(256)) * 3000
 

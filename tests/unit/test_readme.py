@@ -16,6 +16,8 @@ def test_readme_has_exactly_the_two_commands():
     run, test = command("run"), command("test")
     assert "fetch-default" in run and run.rstrip().endswith("specdesk")
     assert "pip install -e '.[test]'" in test and "fetch-default --test-model" in test and "pytest" in test
+    # the layering contracts and the linter run before the tests, so a violation fails CI
+    assert test.index("lint-imports") < test.index("pytest") and test.index("ruff check") < test.index("pytest")
 
 
 def test_ci_runs_the_readme_test_command():

@@ -7,13 +7,16 @@ import datetime
 import sys
 from pathlib import Path
 
+from ..bench.advisor import advise, advisor_section, calibrate
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs
+from ..bench.report import check_writable, markdown, write_report
+from ..bench.runner import BenchOptions, SessionTarget, run_bench
+from ..bench.suites import describe_builtin, load_suite
+from .args import add_model_options, float_in, load_session, positive_int
+from .output import dump_json, progress_bar
 
-from .configs import DEFAULT_CONFIGS
 
-
-def add_bench_parsers(sub, add_model_options) -> None:
-    from ..cli import _float_in, _positive_int
-
+def add_parsers(sub) -> None:
     b = sub.add_parser(
         "bench",
         help="run prompt suites with and without speculation; write report.json/csv/md and charts",
@@ -24,9 +27,9 @@ def add_bench_parsers(sub, add_model_options) -> None:
     g = b.add_argument_group("benchmark")
     g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt/.jsonl file")
     g.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma-separated (default: {DEFAULT_CONFIGS})")
-    g.add_argument("--repeats", type=_positive_int("repeats"), default=3)
-    g.add_argument("--max-tokens", type=_positive_int("max tokens"), default=128)
-    g.add_argument("--temp", type=_float_in("temperature", 0.0, None), default=0.0)
+    g.add_argument("--repeats", type=positive_int("repeats"), default=3)
+    g.add_argument("--max-tokens", type=positive_int("max tokens"), default=128)
+    g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", type=Path, default=None, help="output directory (default: bench-out/<date-time>)")
     g.add_argument("--no-advisor", action="store_true", help="skip the calibration and the advisor's predictions")
@@ -38,30 +41,7 @@ def add_bench_parsers(sub, add_model_options) -> None:
     a.add_argument("--json", action="store_true")
 
 
-def _check_out_dir(out: Path) -> None:
-    """Fail before any model work when the report could not be written."""
-    from .report import check_writable
-
-    check_writable(out)
-
-
-def _load_session(args, need_draft: bool):
-    from ..commands import specs_from_args
-    from ..session import Session
-
-    t, d = specs_from_args(args, need_draft=need_draft)
-    return Session.load(t, d)
-
-
 def cmd_bench(args) -> int:
-    from tqdm import tqdm
-
-    from .advisor import advisor_section, calibrate
-    from .configs import parse_configs
-    from .report import markdown, write_report
-    from .runner import BenchOptions, SessionTarget, run_bench
-    from .suites import describe_builtin, load_suite
-
     if args.list_suites:
         for name, n, desc in describe_builtin():
             print(f"{name:<18} {n:>2} prompts  {desc}")
@@ -69,12 +49,12 @@ def cmd_bench(args) -> int:
     configs = parse_configs(args.configs)
     suites = load_suite(args.suite)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    _check_out_dir(out)
+    check_writable(out)  # fail before any model work when the report could not be written
     need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
-    with _load_session(args, need_draft) as s:
+    with load_session(args, need_draft) as s:
         cal = None
         if not args.no_advisor:
-            with tqdm(total=100, desc="calibrating", file=sys.stderr, leave=False, bar_format="{desc:<40.40} {percentage:3.0f}%|{bar}|") as bar:
+            with progress_bar(total=100, desc="calibrating", leave=False, bar_format="{desc:<40.40} {percentage:3.0f}%|{bar}|") as bar:
                 def cal_progress(msg: str, frac: float) -> None:
                     bar.set_description_str(msg)
                     bar.n = int(100 * frac)
@@ -85,7 +65,7 @@ def cmd_bench(args) -> int:
             print(f"calibrated in {cal.seconds:.1f} s: a verify batch of 4 costs {cal.verify_ratio(4):.2f} steps, "
                   f"a draft token {cal.draft_ratio(1):.2f}", file=sys.stderr)
         n_runs = sum(len(x.prompts) for x in suites) * args.repeats * len(configs)
-        with tqdm(total=n_runs + (0 if args.no_warmup else len(configs)), desc="bench", unit="run", file=sys.stderr) as bar:
+        with progress_bar(total=n_runs + (0 if args.no_warmup else len(configs)), desc="bench", unit="run") as bar:
             def progress(done: int, total: int, what: str) -> None:
                 bar.set_postfix_str(what[-40:], refresh=False)
                 bar.update(done - bar.n)
@@ -104,10 +84,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from ..cli import dump_json
-    from .advisor import advise, calibrate
-
-    with _load_session(args, need_draft=True) as s:
+    with load_session(args, need_draft=True) as s:
         cal = calibrate(s)
         adv = advise(cal)
     if args.json:
@@ -122,9 +99,11 @@ def cmd_advise(args) -> int:
     print("predicted speedup over target alone:")
     for row in adv.table:
         print(f"  {row['config']:<12} {row['predicted_speedup']:.2f}x")
+    if cal.drift is not None:
+        print(f"kernel drift: {cal.drift.summary()}")
     print()
     print(adv.text)
+    if adv.exactness:
+        print()
+        print(adv.exactness)
     return 0
-
-
-

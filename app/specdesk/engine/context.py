@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp
 import numpy as np
 
-from ..errors import ContextOverflowError, SpecDeskError
+from ..errors import Cancelled, ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
 from .model import Buffer, Model, capture_buffers, default_threads
 
@@ -85,8 +85,12 @@ class Context:
     def token_bytes(self, token: int) -> bytes:
         return self.model.token_bytes(token)
 
-    def eval(self, tokens: Sequence[int], all_rows: bool = True) -> np.ndarray:
-        """Append ``tokens`` at n_past and return their logits rows (all, or the last)."""
+    def eval(self, tokens: Sequence[int], all_rows: bool = True, cancel: Callable[[], bool] | None = None) -> np.ndarray:
+        """Append ``tokens`` at n_past and return their logits rows (all, or the last).
+
+        A long batch runs in chunks of n_batch tokens; ``cancel`` is checked before
+        each, and Cancelled is raised with the chunks so far kept (a prompt resumes
+        from there, by prefix reuse)."""
         n = len(tokens)
         if n == 0:
             raise ValueError("cannot evaluate an empty batch")
@@ -97,6 +101,8 @@ class Context:
         rows: list[np.ndarray] = []
         start = 0
         while start < n:
+            if cancel is not None and cancel():
+                raise Cancelled("stopped while reading the prompt")
             chunk = tokens[start : start + self._n_batch]
             m = len(chunk)
             last_chunk = start + m == n
@@ -143,7 +149,8 @@ class Context:
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
         del self.history[n_past:]
 
-    def prefill(self, tokens: Sequence[int], logits: bool = True) -> np.ndarray | None:
+    def prefill(self, tokens: Sequence[int], logits: bool = True,
+                cancel: Callable[[], bool] | None = None) -> np.ndarray | None:
         """Hold exactly ``tokens``: keep the longest common prefix with the history and
         evaluate only the rest, asking for the last row only."""
         tokens = list(tokens)
@@ -157,7 +164,7 @@ class Context:
         self.last_prefill_evaluated = len(rest)
         if not rest:
             return None
-        rows = self.eval(rest, all_rows=False)
+        rows = self.eval(rest, all_rows=False, cancel=cancel)
         return rows[-1] if logits else None
 
     def reset(self) -> None:

@@ -44,28 +44,20 @@ import logging
 import os
 import re
 import stat
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .. import __version__
-from ..errors import Cancelled, ModelFileError, SpecDeskError
-from ..jsonfile import read_object, write_atomic
-from ..paths import models_dir, user_cache_dir, user_data_dir
-from .gguf_file import inspect_gguf, validate_gguf
+from ..errors import Cancelled
+from ..paths import hf_hub_cache, models_dir
+from .folders import user_folders
+from .scan_cache import InfoCache, inspect_file
 
 __all__ = [
     "LibraryEntry",
     "ScanResult",
     "SOURCES",
-    "add_folder",
-    "cache_path",
-    "list_command",
-    "remove_folder",
     "scan",
-    "settings_path",
-    "user_folders",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,14 +75,11 @@ PARTIAL_SUFFIXES = (".incomplete", ".part", ".partial", ".download", ".tmp", ".c
 _OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 _DIGEST_RE = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
 _MAX_MANIFEST_BYTES = 1 << 20
-_CACHE_FORMAT = 1
-_SETTINGS_FORMAT = 1
 _ROLE_ORDER = {"target": 0, "draft": 1, "test": 2}
 
 Cancel = Callable[[], bool]
 Progress = Callable[[str], None]
 
-_settings_lock = threading.Lock()
 
 
 # --------------------------------------------------------------------------------------
@@ -144,181 +133,6 @@ class ScanResult:
 
     def to_dict(self) -> dict:
         return {"entries": [e.to_dict() for e in self.entries], "notes": list(self.notes)}
-
-
-# --------------------------------------------------------------------------------------
-# User folders (library.json)
-# --------------------------------------------------------------------------------------
-
-
-def settings_path() -> Path:
-    return user_data_dir() / "library.json"
-
-
-def _read_settings() -> dict:
-    return read_object(settings_path(), "library settings")
-
-
-def user_folders() -> list[Path]:
-    """The folders the user added to the library, in the order they were added."""
-    raw = _read_settings().get("folders", [])
-    if not isinstance(raw, list):
-        return []
-    return [Path(x) for x in raw if isinstance(x, str) and x]
-
-
-def _norm_folder(p: Path | str) -> Path:
-    return Path(os.path.abspath(Path(p).expanduser()))
-
-
-def add_folder(p: Path | str) -> None:
-    """Add a folder to scan (an absolute path; a folder already there is not added twice)."""
-    folder = _norm_folder(p)
-    if not folder.is_dir():
-        raise SpecDeskError(f"{folder} is not a folder")
-    with _settings_lock:
-        data = _read_settings()
-        current = [x for x in data.get("folders", []) if isinstance(x, str)] if isinstance(data.get("folders"), list) else []
-        if str(folder) in current:
-            return
-        data["format"] = _SETTINGS_FORMAT
-        data["folders"] = current + [str(folder)]
-        write_atomic(settings_path(), data, indent=1)
-
-
-def remove_folder(p: Path | str) -> None:
-    """Stop scanning a folder that was added with ``add_folder``."""
-    folder = _norm_folder(p)
-    with _settings_lock:
-        data = _read_settings()
-        current = [x for x in data.get("folders", []) if isinstance(x, str)] if isinstance(data.get("folders"), list) else []
-        if str(folder) not in current:
-            raise SpecDeskError(f"{folder} is not one of the library's folders")
-        data["format"] = _SETTINGS_FORMAT
-        data["folders"] = [x for x in current if x != str(folder)]
-        write_atomic(settings_path(), data, indent=1)
-
-
-# --------------------------------------------------------------------------------------
-# The inspection cache (library-cache.json)
-# --------------------------------------------------------------------------------------
-
-
-def cache_path() -> Path:
-    return user_cache_dir() / "library-cache.json"
-
-
-class _InfoCache:
-    """real path -> {size, mtime_ns, info, error}; valid while size and mtime_ns match."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.files: dict[str, dict] = {}
-        self.dirty = False
-        if enabled:
-            self._load()
-
-    def _load(self) -> None:
-        p = cache_path()
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.info("ignoring unreadable library cache %s: %s", p, e)
-            return
-        # A new SpecDesk version may validate differently: start over then.
-        if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT or data.get("specdesk") != __version__:
-            return
-        files = data.get("files")
-        if isinstance(files, dict):
-            self.files = {k: v for k, v in files.items() if isinstance(v, dict)}
-
-    def get(self, real: str, size: int, mtime_ns: int) -> tuple[dict | None, str | None] | None:
-        if not self.enabled:
-            return None
-        rec = self.files.get(real)
-        if rec is None or rec.get("size") != size or rec.get("mtime_ns") != mtime_ns:
-            return None
-        info = rec.get("info")
-        error = rec.get("error")
-        return (info if isinstance(info, dict) else None, error if isinstance(error, str) else None)
-
-    def put(self, real: str, size: int, mtime_ns: int, info: dict | None, error: str | None) -> None:
-        if not self.enabled:
-            return
-        self.files[real] = {"size": size, "mtime_ns": mtime_ns, "info": info, "error": error}
-        self.dirty = True
-
-    def save(self, seen: set[str]) -> None:
-        if not self.enabled:
-            return
-        # Forget files that are gone (but keep those another kind of scan may still see).
-        for real in [r for r in self.files if r not in seen and not os.path.exists(r)]:
-            del self.files[real]
-            self.dirty = True
-        if not self.dirty:
-            return
-        try:
-            write_atomic(cache_path(), {"format": _CACHE_FORMAT, "specdesk": __version__, "files": self.files})
-        except OSError as e:
-            log.warning("could not write the library cache %s: %s", cache_path(), e)
-        self.dirty = False
-
-
-def _quant(summary: dict) -> str | None:
-    ft = summary.get("file_type")
-    if isinstance(ft, str) and ft:
-        for prefix in ("MOSTLY_", "ALL_"):
-            if ft.startswith(prefix):
-                return ft[len(prefix):]
-        return ft
-    # No general.file_type: the most common tensor type, quantized types before F32.
-    types = summary.get("tensor_types") or {}
-    if not types:
-        return None
-    quantized = {k: v for k, v in types.items() if k not in ("F32", "F16", "BF16")}
-    pool = quantized or types
-    return max(sorted(pool), key=lambda k: pool[k])
-
-
-def _summary(full: dict) -> dict:
-    s = {
-        "architecture": full.get("architecture"),
-        "model_name": full.get("name"),
-        "parameters": full.get("parameters"),
-        "file_type": full.get("file_type"),
-        "quant": None,
-        "context_length": full.get("context_length"),
-        "vocab_size": full.get("vocab_size"),
-        "layers": full.get("layers"),
-        "embedding_length": full.get("embedding_length"),
-        "has_chat_template": full.get("has_chat_template"),
-        "tensor_types": full.get("tensor_types"),
-    }
-    s["quant"] = _quant(s)
-    return s
-
-
-def _inspect_file(path: Path) -> tuple[dict | None, str | None]:
-    """(summary or None, error or None) for one file; never raises."""
-    error: str | None = None
-    try:
-        validate_gguf(path)
-    except ModelFileError as e:
-        error = str(e)
-    except Exception as e:  # a bug in the validator must not stop the scan
-        log.exception("validating %s failed unexpectedly", path)
-        error = f"{path.name}: could not be checked ({type(e).__name__}: {e})"
-    info: dict | None = None
-    try:
-        info = _summary(inspect_gguf(path))
-    except ModelFileError as e:
-        error = error or str(e)
-    except Exception as e:
-        log.exception("inspecting %s failed unexpectedly", path)
-        error = error or f"{path.name}: could not be read ({type(e).__name__}: {e})"
-    return info, error
 
 
 # --------------------------------------------------------------------------------------
@@ -610,7 +424,7 @@ class _Scan:
 
     # -- merge --------------------------------------------------------------------------
 
-    def entries(self, cache: _InfoCache, seen: set[str]) -> list[LibraryEntry]:
+    def entries(self, cache: InfoCache, seen: set[str]) -> list[LibraryEntry]:
         groups: dict[str, list[_Hit]] = {}
         stats: dict[str, os.stat_result] = {}
         for h in self.hits:
@@ -636,7 +450,7 @@ class _Scan:
             cached = cache.get(real, st.st_size, st.st_mtime_ns)
             if cached is None:
                 self.tell(f"reading {path_hit.path.name} ({i}/{n})")
-                info, error = _inspect_file(Path(real))
+                info, error = inspect_file(Path(real))
                 # The message names the real file (an Ollama blob, an HF blob): name the listed one.
                 if error and Path(real).name != path_hit.path.name:
                     error = _rename_label(error, Path(real).name, path_hit.path.name)
@@ -697,24 +511,6 @@ def _sort_key(e: LibraryEntry) -> tuple:
 # --------------------------------------------------------------------------------------
 
 
-def default_hf_cache(home: Path | None = None) -> Path:
-    """HF_HUB_CACHE (or HUGGINGFACE_HUB_CACHE, or HF_HOME/hub), else huggingface_hub's
-    default; with an explicit ``home``, ``home/.cache/huggingface/hub`` as the default."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    if home is not None:
-        return Path(home) / ".cache" / "huggingface" / "hub"
-    try:
-        from huggingface_hub import constants
-
-        return Path(constants.HF_HUB_CACHE)
-    except ImportError:  # pragma: no cover
-        return Path.home() / ".cache" / "huggingface" / "hub"
-
-
 def lmstudio_dirs(home: Path) -> list[Path]:
     return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
 
@@ -750,12 +546,12 @@ def scan(
     explicit_home = home is not None
     home = Path(home) if home is not None else Path.home()
     s = _Scan(cancel, progress)
-    cache = _InfoCache(use_cache)
+    cache = InfoCache(use_cache)
     seen: set[str] = set()
     try:
         s.scan_models(Path(models) if models is not None else models_dir())
         s.scan_folders(list(folders) if folders is not None else user_folders())
-        s.scan_hf(Path(hf_cache) if hf_cache is not None else default_hf_cache(home if explicit_home else None))
+        s.scan_hf(Path(hf_cache) if hf_cache is not None else hf_hub_cache(home if explicit_home else None))
         s.scan_lmstudio(lmstudio_dirs(home))
         for d in ollama_dirs(home, explicit_home):
             s.scan_ollama(d)
@@ -763,69 +559,3 @@ def scan(
     finally:
         cache.save(seen)  # keep what was read, even when cancelled
     return ScanResult(entries=entries, notes=s.notes)
-
-
-# --------------------------------------------------------------------------------------
-# specdesk models list
-# --------------------------------------------------------------------------------------
-
-
-def _human_size(n: int) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    if n >= 2**10:
-        return f"{n / 2**10:.0f} KiB"
-    return f"{n} B"
-
-
-def _human_params(n: object) -> str:
-    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-        return "-"
-    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            v = n / div
-            return f"{v:.1f}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
-    return str(n)
-
-
-def format_table(result: ScanResult) -> str:
-    rows = [("NAME", "ROLE", "SOURCES", "QUANT", "PARAMS", "SIZE", "PATH")]
-    errors: dict[int, str] = {}
-    for e in result.entries:
-        info = e.info or {}
-        if not e.present:
-            quant, params, size = "-", "-", "missing"
-        else:
-            quant = str(info.get("quant") or "-")
-            params = _human_params(info.get("parameters"))
-            size = _human_size(e.size)
-        rows.append((e.name, e.role or "-", ",".join(e.sources), quant, params, size, str(e.path)))
-        if e.error:
-            errors[len(rows) - 1] = e.error
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = []
-    for i, r in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-        if i in errors:
-            lines.append(f"    {'missing' if not result.entries[i - 1].present else 'invalid'}: {errors[i]}")
-    valid = sum(1 for e in result.entries if e.valid)
-    lines.append(f"{len(result.entries)} files, {valid} usable")
-    return "\n".join(lines)
-
-
-def list_command(args) -> int:
-    """``specdesk models list [--json]``: every GGUF file SpecDesk can find."""
-    import sys
-
-    from ..cli import dump_json
-
-    result = scan(use_cache=not getattr(args, "no_cache", False))
-    if getattr(args, "json", False):
-        print(dump_json(result.to_dict()))
-        return 0
-    print(format_table(result))
-    for n in result.notes:
-        print(f"note: {n}", file=sys.stderr)
-    return 0

@@ -27,9 +27,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from .errors import SpecDeskError
-from .files import move_aside
-from .speculative.stats import Stats
+from ..errors import SpecDeskError
+from ..files import move_aside
+from ..speculative.stats import Stats
 
 log = logging.getLogger(__name__)
 

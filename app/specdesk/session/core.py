@@ -13,70 +13,42 @@ by step, cancel between steps, read statistics and memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .engine.chat import render_chat
-from .engine.context import Context
-from .engine.memory import MemoryReport, ModelMemory, report
-from .engine.model import Model
-from .engine.vocab import Compatibility, check_compatible
-from .errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
-from .library.gguf_file import validate_gguf
-from .speculative.controller import AutoK, Controller, FixedK
-from .speculative.decoder import Step, speculate
-from .speculative.proposers import DraftModelProposer, HybridProposer, NgramProposer, NoProposer
-from .speculative.sampling import SamplingParams
+from ..engine.chat import render_chat
+from ..engine.context import Context
+from ..engine.memory import MemoryReport, ModelMemory, report
+from ..engine.model import Model
+from ..engine.tokenizer import ModelTokenizer
+from ..engine.vocab import Compatibility, check_compatible
+from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
+from ..library.gguf import validate_gguf
+from ..speculative.controller import AutoK, Controller, FixedK
+from ..speculative.decoder import Step, speculate
+from ..speculative.proposers import (
+    DraftModelProposer,
+    HistoryProposer,
+    HybridProposer,
+    NgramProposer,
+    NoProposer,
+    TranslatedDraftProposer,
+)
+from . import costcache
+from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec
 
 log = logging.getLogger(__name__)
 
-PROPOSERS = ("draft", "ngram", "hybrid", "none")
+#: How much of a prompt's end is kept with its answer in the history index.
+HISTORY_PROMPT_TAIL = 64
+
 LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    path: Path
-    n_gpu_layers: int = 0
-    threads: int | None = None
-    n_ctx: int = 4096
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path).expanduser())
-        if self.n_ctx <= 0:
-            raise SpecDeskError(f"context size must be positive, got {self.n_ctx}")
-        if self.threads is not None and self.threads <= 0:
-            raise SpecDeskError(f"threads must be positive, got {self.threads}")
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    proposer: str = "draft"
-    k: int | str = "auto"
-    p_min: float = 0.75
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int = 0
-    max_tokens: int = 256
-
-    def __post_init__(self) -> None:
-        if self.proposer not in PROPOSERS:
-            raise SpecDeskError(f"unknown proposer {self.proposer!r}: choose one of {', '.join(PROPOSERS)}")
-        if self.k != "auto":
-            if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k <= 0:
-                raise SpecDeskError(f"k must be a positive integer or 'auto', got {self.k!r}")
-        if not 0.0 <= self.p_min < 1.0:
-            raise SpecDeskError(f"p-min must be in [0, 1), got {self.p_min}")
-        if self.max_tokens <= 0:
-            raise SpecDeskError(f"max tokens must be positive, got {self.max_tokens}")
-
-    def describe(self) -> str:
-        if self.proposer == "none":
-            return "none"
-        return f"{self.proposer}:k={self.k}"
 
 
 def check_model_file(path: Path) -> None:
@@ -144,27 +116,56 @@ class Session:
         self.target = target
         self.draft = draft
         self.compat = compat
+        # Earlier turns of this session, for history lookups (bounded by tokens kept).
+        self.history = HistoryProposer()
         # One auto controller per session: its measured costs and acceptance carry over
         # from one generation to the next, and its costs to the next session on this
-        # pair (see costmemory).
+        # pair (see costcache).
         self.auto = AutoK()
         self._costs_key: str | None = None
         self._costs_file: Path | None = None
+        # Users of the contexts (a generation, a comparison, a calibration): close()
+        # waits for the last one to end, so llama.cpp's memory is never freed under
+        # a worker that is still inside llama_decode.
+        self._lock = threading.Lock()
+        self._users = 0
+        self._close_pending = False
+        self.closed = False
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator["Session"]:
+        """Use the models for a while; a close() meanwhile takes effect when the last
+        lease ends (on that thread). Using a closed session raises SpecDeskError."""
+        with self._lock:
+            if self.closed or self._close_pending:
+                raise SpecDeskError("the models were unloaded; load them again")
+            self._users += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._users -= 1
+                close_now = self._close_pending and self._users == 0
+            if close_now:
+                self._free()
+
+    @property
+    def in_use(self) -> bool:
+        with self._lock:
+            return self._users > 0
 
     def remember_costs(self, path: Path | None = None) -> None:
         """Seed ``auto`` with the costs measured last time on this pair and setup, and
         save what it measures when the session closes."""
-        from . import costmemory
-
         t, d = self.target.spec, self.draft.spec if self.draft is not None else None
         try:
-            self._costs_key = costmemory.pair_key(
+            self._costs_key = costcache.pair_key(
                 t.path, t.threads, t.n_gpu_layers, d.path if d else None, d.threads if d else None, d.n_gpu_layers if d else 0
             )
         except OSError:
             return
         self._costs_file = path
-        state = costmemory.load(self._costs_key, path)
+        state = costcache.load(self._costs_key, path)
         if state:
             self.auto.restore_costs(state)
             log.info("auto starts from the costs measured last time on this pair")
@@ -172,9 +173,7 @@ class Session:
     def save_costs(self) -> None:
         if self._costs_key is None or self.auto.costs.step_cost is None:
             return
-        from . import costmemory
-
-        costmemory.save(self._costs_key, self.auto.saved_costs(), self._costs_file)
+        costcache.save(self._costs_key, self.auto.saved_costs(), self._costs_file)
 
     # -- loading ----------------------------------------------------------------
 
@@ -185,10 +184,13 @@ class Session:
         draft: ModelSpec | None = None,
         progress: LoadProgress | None = None,
         remember_costs: bool = True,
+        translate: bool = False,
     ) -> "Session":
         """Load the target (and the draft, checked for compatibility). With
         ``remember_costs``, ``auto`` starts from the costs measured on this pair
-        last time and saves its own when the session closes."""
+        last time and saves its own when the session closes. With ``translate``, a
+        draft with another vocabulary drafts text that is re-tokenized for the target
+        (``translated``) instead of being refused."""
         check_model_file(target.path)
         if draft is not None:
             check_model_file(draft.path)
@@ -201,7 +203,7 @@ class Session:
             if draft is not None:
                 d = _load_one("draft", draft, progress, split, 1.0)
                 compat = check_compatible(t.model.vocab_info(), d.model.vocab_info())
-                if not compat:
+                if not compat and not translate:
                     d.close()
                     raise IncompatibleDraftError(
                         f"draft {draft.path.name} is incompatible with target {target.path.name}: {compat.reason}"
@@ -215,13 +217,31 @@ class Session:
         return session
 
     def close(self) -> None:
-        self.save_costs()
-        self._costs_key = None
-        if self.draft is not None:
-            self.draft.close()
-            self.draft = None
-        if self.target is not None:
-            self.target.close()
+        """Free both models now, or, while a lease is held, as soon as the last one ends."""
+        with self._lock:
+            if self.closed or self._close_pending:
+                return
+            if self._users:
+                self._close_pending = True
+                return
+            self._close_pending = True
+        self._free()
+
+    def _free(self) -> None:
+        try:
+            self.save_costs()
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be written must not keep the models loaded
+            log.warning("could not save the auto costs: %s", e)
+        finally:
+            self._costs_key = None
+            try:
+                if self.draft is not None:
+                    self.draft.close()
+                    self.draft = None
+            finally:
+                if self.target is not None:
+                    self.target.close()
+                self.closed = True
 
     def __enter__(self) -> "Session":
         return self
@@ -268,15 +288,25 @@ class Session:
         # a fixed k's measured costs and acceptance are as good as auto's own
         return self.auto if config.k == "auto" else FixedK(int(config.k), teach=self.auto)
 
+    @property
+    def translated(self) -> bool:
+        """The draft speaks another vocabulary: its text is re-tokenized for the target."""
+        return self.draft is not None and self.compat is not None and not self.compat
+
     def make_proposer(self, config: GenerationConfig):
         if config.proposer == "none":
             return NoProposer()
         if config.proposer == "ngram":
             return NgramProposer()
         if self.draft is None:
-            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use ngram/none")
-        dm = DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=config.p_min)
-        return dm if config.proposer == "draft" else HybridProposer(dm)
+            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
+        if self.translated:
+            vi = self.draft.model.vocab_info()
+            dm = TranslatedDraftProposer(self.draft.ctx, ModelTokenizer(self.draft.model), ModelTokenizer(self.target.model),
+                                         prefix=[vi.bos] if vi.add_bos and vi.bos >= 0 else [], p_min=0.0)
+        else:
+            dm = DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=config.p_min)
+        return dm if config.proposer == "draft" else HybridProposer(dm, history=self.history)
 
     def generate(
         self,
@@ -284,21 +314,29 @@ class Session:
         config: GenerationConfig,
         cancel: Callable[[], bool] | None = None,
     ) -> Iterator[Step]:
-        """Stream the generation: one Step per propose/verify pass."""
+        """Stream the generation: one Step per propose/verify pass. The session is
+        leased while the generator runs, so a close() waits for it to end."""
         self.check_fits(prompt, config.max_tokens)
         proposer = self.make_proposer(config)
         controller = self.make_controller(config)
         rng = np.random.default_rng(config.seed)
-        yield from speculate(
-            self.target.ctx,
-            proposer,
-            controller,
-            list(prompt),
-            params=config.sampling,
-            max_tokens=config.max_tokens,
-            rng=rng,
-            cancel=cancel,
-        )
+        answer: list[int] = []
+        with self.lease():
+            for step in speculate(
+                self.target.ctx,
+                proposer,
+                controller,
+                list(prompt),
+                params=config.sampling,
+                max_tokens=config.max_tokens,
+                rng=rng,
+                cancel=cancel,
+            ):
+                answer.extend(t.token for t in step.tokens)
+                yield step
+        # later turns (and hybrid lookups) can copy from this one; the prompt's tail
+        # lets the next question's answer match the start of this answer
+        self.history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + answer)
 
     def run(self, prompt: Sequence[int], config: GenerationConfig, cancel=None) -> "Generation":
         steps = list(self.generate(prompt, config, cancel))
@@ -374,6 +412,8 @@ class Generation:
             "tokens": self.tokens,
             "stop_reason": self.stop_reason,
             "stats": st,
+            # the controller's decisions, step by step (why it drafted or did not)
+            "steps": [{"drafted": s.drafted, "accepted": s.accepted, "decision": s.decision} for s in self.steps],
         }
         if memory is not None:
             d["memory"] = memory.to_dict()

@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .files import read_json_object, write_json_atomic
-from .paths import user_cache_dir
+from ..files import read_json_object, write_json_atomic
+from ..paths import user_cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .stats_panel import fmt_bytes
+from ..fmt import format_bytes
 from .tasks import Task
 
 
@@ -112,7 +112,7 @@ class HubDialog(QDialog):
         self.files = list(files)
         self.table.setRowCount(len(self.files))
         for i, f in enumerate(self.files):
-            cells = [f.quant or "?", fmt_bytes(f.total_size) if f.total_size else "?", str(f.n_parts), f.name]
+            cells = [f.quant or "?", format_bytes(f.total_size) if f.total_size else "?", str(f.n_parts), f.name]
             for j, t in enumerate(cells):
                 it = QTableWidgetItem(t)
                 if j == 3:
@@ -132,7 +132,7 @@ class HubDialog(QDialog):
         def work(task: Task):
             from ..library.hub import download
 
-            return download(repo, mf, progress=lambda done, total: task.report(f"{fmt_bytes(done)} of {fmt_bytes(total)}", done / total if total else 0.0), cancel=task.is_cancelled)
+            return download(repo, mf, progress=lambda done, total: task.report(f"{format_bytes(done)} of {format_bytes(total)}", done / total if total else 0.0), cancel=task.is_cancelled)
 
         self.progress.setVisible(True)
         self.progress.setValue(0)

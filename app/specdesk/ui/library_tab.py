@@ -3,12 +3,14 @@ can be loaded — plus downloads from the Hugging Face Hub."""
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
+    QInputDialog,
     QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
@@ -24,18 +26,17 @@ from PySide6.QtWidgets import (
 )
 
 from ..errors import SpecDeskError
-from .stats_panel import fmt_bytes
+from ..fmt import format_bytes, format_params
+from ..library.discovery import scan
+from ..library.folders import add_folder, remove_folder, user_folders
+from ..session import ModelSpec
+from ..session.preflight import estimate
+from .hub_dialog import HubDialog
 from .tasks import Task
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["name", "role", "found in", "quant", "parameters", "size", "status", "path"]
-
-
-def _params(n) -> str:
-    if not n:
-        return "–"
-    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
 
 class LibraryTab(QWidget):
@@ -50,6 +51,7 @@ class LibraryTab(QWidget):
         self.entries = []
         self.notes: list[str] = []
         self._task: Task | None = None
+        self._estimate_task: Task | None = None
 
         lay = QVBoxLayout(self)
         bar = QHBoxLayout()
@@ -126,8 +128,6 @@ class LibraryTab(QWidget):
             return
 
         def work(task: Task):
-            from ..library.discovery import scan
-
             return scan(cancel=task.is_cancelled, progress=lambda m: task.report(m, 0.0), use_cache=use_cache)
 
         task = Task(work, "library scan")
@@ -161,8 +161,8 @@ class LibraryTab(QWidget):
                 e.role or "",
                 ", ".join(e.sources),
                 info.get("quant") or "",
-                _params(info.get("parameters")),
-                fmt_bytes(e.size) if e.size else "–",
+                format_params(info.get("parameters")),
+                format_bytes(e.size) if e.size else "–",
                 status,
                 str(e.path),
             ]
@@ -193,43 +193,56 @@ class LibraryTab(QWidget):
         return False
 
     def _selected(self) -> None:
+        """Show what the selected model is. Every value comes from the file, so it is
+        escaped, never rendered as HTML; the memory estimate is computed off the UI
+        thread and filled in when it is ready."""
         e = self.selected_entry()
         ok = e is not None and e.valid
         self.target_btn.setEnabled(ok)
         self.draft_btn.setEnabled(ok)
+        if self._estimate_task is not None:
+            self._estimate_task.cancel()
+            self._estimate_task = None
         if e is None:
             self.details.setHtml("<p style='color:#868e96'>Select a model to see what it is and what it needs.</p>")
             return
         info = e.info or {}
-        lines = [f"<h3>{e.name}</h3>", f"<p><code>{e.path}</code></p>"]
+        esc = html.escape
+        lines = [f"<h3>{esc(e.name)}</h3>", f"<p><code>{esc(str(e.path))}</code></p>"]
         if e.error:
-            lines.append(f"<p style='color:#c92a2a'><b>Not usable:</b> {e.error}</p>")
+            lines.append(f"<p style='color:#c92a2a'><b>Not usable:</b> {esc(e.error)}</p>")
         rows = [
             ("architecture", info.get("architecture")),
-            ("parameters", _params(info.get("parameters"))),
+            ("parameters", format_params(info.get("parameters"))),
             ("quantisation", info.get("quant") or info.get("file_type")),
             ("layers", info.get("layers")),
             ("embedding size", info.get("embedding_length")),
             ("context length (trained)", info.get("context_length")),
             ("vocabulary", info.get("vocab_size")),
             ("chat template", "yes" if info.get("has_chat_template") else "no"),
-            ("file size", fmt_bytes(e.size) if e.size else "–"),
+            ("file size", format_bytes(e.size) if e.size else "–"),
             ("found in", ", ".join(e.sources) + (f" ({e.repo_id})" if e.repo_id else "") + (f" ({e.ollama_tag})" if e.ollama_tag else "")),
         ]
-        lines.append("<table cellpadding=3>" + "".join(f"<tr><td style='color:#868e96'>{k}</td><td>{v if v is not None else '–'}</td></tr>" for k, v in rows) + "</table>")
-        if e.valid:
-            try:
-                from ..engine.model import repack_types
-                from ..library.gguf_file import estimate_memory, validate_gguf
+        lines.append("<table cellpadding=3>" + "".join(
+            f"<tr><td style='color:#868e96'>{k}</td><td>{esc(str(v)) if v is not None else '–'}</td></tr>" for k, v in rows)
+            + "</table>")
+        head = "".join(lines)
+        self.details.setHtml(head + ("<p style='color:#868e96'>estimating memory…</p>" if e.valid else ""))
+        if not e.valid:
+            return
+        task = Task(lambda t: estimate(ModelSpec(e.path, n_ctx=4096)), "memory estimate")
+        self._estimate_task = task
 
-                m = estimate_memory(validate_gguf(e.path), n_ctx=4096, repack_types=repack_types())
-                lines.append(
-                    f"<p>Estimated memory at a 4096-token context: weights {fmt_bytes(m['weights_bytes'])}, "
-                    f"KV cache {fmt_bytes(m['kv_bytes'])}, compute {fmt_bytes(m['compute_bytes'])}.</p>"
-                )
-            except SpecDeskError as err:
-                lines.append(f"<p style='color:#c92a2a'>{err}</p>")
-        self.details.setHtml("".join(lines))
+        def shown(m: dict) -> None:
+            if self._estimate_task is task:
+                self.details.setHtml(head + (
+                    f"<p>Estimated memory at a 4096-token context: weights {format_bytes(m['weights_bytes'])}, "
+                    f"KV cache {format_bytes(m['kv_bytes'])}, compute {format_bytes(m['compute_bytes'])}.</p>"))
+
+        task.succeeded.connect(lambda m: shown(m) if m else None)
+        task.failed.connect(lambda err: self.details.setHtml(head + f"<p style='color:#c92a2a'>{esc(err)}</p>")
+                            if self._estimate_task is task else None)
+        task.start()
 
     def _use(self, role: str) -> None:
         e = self.selected_entry()
@@ -244,8 +257,6 @@ class LibraryTab(QWidget):
         if not d:
             return
         try:
-            from ..library.discovery import add_folder
-
             add_folder(Path(d))
         except SpecDeskError as e:
             self.error.emit(str(e))
@@ -253,10 +264,6 @@ class LibraryTab(QWidget):
         self.rescan()
 
     def remove_folder_dialog(self) -> None:
-        from PySide6.QtWidgets import QInputDialog
-
-        from ..library.discovery import remove_folder, user_folders
-
         folders = [str(p) for p in user_folders()]
         if not folders:
             self.error.emit("No folders were added to the library.")
@@ -271,8 +278,6 @@ class LibraryTab(QWidget):
             self.rescan()
 
     def open_download_dialog(self) -> None:
-        from .hub_dialog import HubDialog
-
         dlg = HubDialog(self)
         dlg.downloaded.connect(lambda p: (self.rescan(), self.summary.setText(f"downloaded {Path(p).name}")))
         dlg.error.connect(self.error.emit)

@@ -1,63 +1,76 @@
-"""The main window: chats on the left, the conversation in the middle, the
-speculation made visible on the right."""
+"""The main window: it wires the model bar, the chats, the Compare and Library tabs and
+the statistics panel to one Session, and runs every long job as a Task.
+
+Rules that keep it safe under any sequence of clicks:
+- one load at a time: Load while a load (or its file check) runs cancels it and the
+  newest request runs when it has ended; a cancelled load never installs its session;
+- a session is closed only through ``Session.close``, which waits for the last
+  generation or comparison using it (``Session.lease``), so no worker is ever inside
+  llama.cpp when its memory is freed;
+- what cannot run now is disabled (``_update_state``), and every handler checks again.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtCore import QCoreApplication, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QFileDialog,
     QFrame,
-    QHBoxLayout,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QTabWidget,
-    QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
-from ..chatstore import ChatStore, Message
-from ..engine.model import supports_gpu_offload
-from ..errors import ContextOverflowError, SpecDeskError
-from ..session import Generation, Session
-from .chat_view import ChatView, Legend, Span
+from ..session.chatstore import ChatStore, Message
+from ..errors import Cancelled, SpecDeskError
+from ..library.defaults import default_models, pair_present
+from ..library.defaults import fetch as fetch_models
+from ..library.pairing import drafts_for
+from ..paths import models_dir
+from ..session import Generation, ModelSpec, Session, devices, supports_gpu_offload
+from ..session.fit import fit_chat
+from ..session.preflight import Preflight, preflight
+from ..speculative.stats import Stats
+from .chat_panel import ChatPanel, ChatSidebar
+from .chat_view import Span
+from .compare_tab import CompareTab
 from .empty_state import EmptyState
 from .latency import LatencyProbe
+from .library_tab import LibraryTab
+from .model_bar import ModelBar
+from .references import measured_reference, remember_reference
 from .settings import ChatSettings, SettingsDialog, load_defaults, save_defaults
-from .stats_panel import StatsPanel, fmt_bytes
+from .stats_panel import StatsPanel
 from .tasks import Task, running_tasks
 
 log = logging.getLogger(__name__)
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 MAX_RECENT = 12
+#: The window opens at this size, or smaller to fit the screen; it can shrink to MIN_SIZE.
+DEFAULT_SIZE = (1400, 860)
+MIN_SIZE = (1000, 620)
 
 
-class ChatInput(QPlainTextEdit):
-    submitted = Signal()
-
-    def keyPressEvent(self, e) -> None:  # noqa: N802 - Qt API
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(e)
+@dataclass(frozen=True)
+class _LoadRequest:
+    target: ModelSpec
+    draft: ModelSpec | None
+    confirm_memory: bool
 
 
 class MainWindow(QMainWindow):
@@ -74,7 +87,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setObjectName("mainWindow")
         self.setWindowTitle("SpecDesk")
-        self.resize(1400, 860)
         self.data_dir = Path(data_dir)
         self.store = ChatStore(self.data_dir / "chats.sqlite3")
         self.session: Session | None = None
@@ -83,92 +95,51 @@ class MainWindow(QMainWindow):
         self.chat_id: int | None = None
         self.settings = load_defaults()
         self._gen_task: Task | None = None
-        self._load_task: Task | None = None
+        self._load_task: Task | None = None  # the file check, then the load
+        self._pending_load: _LoadRequest | None = None
+        self._deferred_session: Session | None = None  # loaded while the last answer was being stopped
         self._aux_tasks: list[Task] = []
         self._draft_pairing: list = []
         self._pairing_target: Path | None = None
-        self._pending_regenerate = False
         self._closing = False
         self._picked_target: Path | None = None
         self.latency = LatencyProbe(self)
         self._last_mem = 0.0
 
         self._build()
+        self._fit_to_screen()
         self._refresh_chat_list()
         self._select_or_create_chat()
         self._refresh_model_lists()
         self._update_state()
+        if self.store.recovered:
+            self.show_error(self.store.recovered)
         self.library.rescan()
         if autoload:
             QTimer.singleShot(0, self.autoload_default_pair)
+        QTimer.singleShot(0, self.focus_input)
 
     # =============================================================== construction
 
     def _build(self) -> None:
-        # -- toolbar: models and settings
-        tb = QToolBar("Models")
-        tb.setObjectName("modelBar")
-        tb.setMovable(False)
-        self.addToolBar(tb)
-        tb.addWidget(QLabel(" Target "))
-        self.target_combo = QComboBox()
-        self.target_combo.setObjectName("targetCombo")
-        self.target_combo.setMinimumWidth(260)
-        self.target_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.target_combo.currentIndexChanged.connect(self._target_combo_changed)
-        tb.addWidget(self.target_combo)
-        self.open_target_btn = QPushButton("Open…")
-        self.open_target_btn.setToolTip("Open a target GGUF file")
-        self.open_target_btn.clicked.connect(lambda: self.open_model_dialog("target"))
-        tb.addWidget(self.open_target_btn)
-        tb.addSeparator()
-        tb.addWidget(QLabel(" Draft "))
-        self.draft_combo = QComboBox()
-        self.draft_combo.setObjectName("draftCombo")
-        self.draft_combo.setMinimumWidth(260)
-        self.draft_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        tb.addWidget(self.draft_combo)
-        self.open_draft_btn = QPushButton("Open…")
-        self.open_draft_btn.setToolTip("Open a draft GGUF file (it must share the target's vocabulary)")
-        self.open_draft_btn.clicked.connect(lambda: self.open_model_dialog("draft"))
-        tb.addWidget(self.open_draft_btn)
-        self.load_btn = QPushButton("Load")
-        self.load_btn.setObjectName("loadButton")
-        self.load_btn.setToolTip("Check the pair, estimate its memory, and load it")
-        self.load_btn.clicked.connect(self.load_selected)
-        tb.addWidget(self.load_btn)
-        self.model_info = QLabel("")
-        self.model_info.setObjectName("modelInfo")
-        self.model_info.setStyleSheet("color:#495057; padding-left:8px;")
-        tb.addWidget(self.model_info)
-        spacer = QWidget()
-        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        tb.addWidget(spacer)
-        self.settings_btn = QPushButton("Settings…")
-        self.settings_btn.setObjectName("settingsButton")
-        self.settings_btn.clicked.connect(self.open_settings)
-        tb.addWidget(self.settings_btn)
+        self.model_bar = ModelBar(self)
+        self.addToolBar(self.model_bar)
+        self.model_bar.open_requested.connect(self.open_model_dialog)
+        self.model_bar.load_requested.connect(self.load_selected)
+        self.model_bar.target_picked.connect(self._target_picked)
+        self.model_bar.settings_requested.connect(self.open_settings)
+        # the widgets tests and tools reach for, by their old names
+        self.target_combo = self.model_bar.target_combo
+        self.draft_combo = self.model_bar.draft_combo
+        self.load_btn = self.model_bar.load_btn
+        self.settings_btn = self.model_bar.settings_btn
 
-        # -- left: chats
-        left = QWidget()
-        left.setObjectName("chatSidebar")
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(6, 6, 6, 6)
-        self.new_chat_btn = QPushButton("+ New chat")
-        self.new_chat_btn.clicked.connect(self.new_chat)
-        ll.addWidget(self.new_chat_btn)
-        self.chat_list = QListWidget()
-        self.chat_list.setObjectName("chatList")
-        self.chat_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.chat_list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.chat_list.currentItemChanged.connect(self._chat_selected)
-        ll.addWidget(self.chat_list, 1)
-        self.delete_chat_btn = QPushButton("Delete chat")
-        self.delete_chat_btn.clicked.connect(self.delete_chat)
-        ll.addWidget(self.delete_chat_btn)
-        left.setMinimumWidth(170)
+        self.sidebar = ChatSidebar()
+        self.sidebar.new_chat_btn.clicked.connect(self.new_chat)
+        self.sidebar.delete_chat_btn.clicked.connect(self.delete_chat)
+        self.sidebar.chat_chosen.connect(self._chat_selected)
+        self.chat_list = self.sidebar.chat_list
 
-        # -- centre: chat page or empty state
         self.error_banner = QLabel("")
         self.error_banner.setObjectName("errorBanner")
         self.error_banner.setWordWrap(True)
@@ -177,61 +148,25 @@ class MainWindow(QMainWindow):
         self.error_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error_banner.mousePressEvent = lambda e: self.error_banner.setVisible(False)  # click to dismiss
 
-        chat_page = QWidget()
-        cl = QVBoxLayout(chat_page)
-        cl.setContentsMargins(0, 0, 0, 0)
-        self.chat_view = ChatView()
-        cl.addWidget(self.chat_view, 1)
-        legend_row = QHBoxLayout()
-        self.legend = Legend()
-        legend_row.addWidget(self.legend, 1)
-        self.provenance_box = QCheckBox("Colour by provenance")
-        self.provenance_box.setObjectName("provenanceToggle")
-        self.provenance_box.setChecked(True)
-        self.provenance_box.toggled.connect(self._toggle_provenance)
-        legend_row.addWidget(self.provenance_box)
-        cl.addLayout(legend_row)
-        self.input = ChatInput()
-        self.input.setObjectName("chatInput")
-        self.input.setPlaceholderText("Message the target model…  (Enter sends, Shift+Enter for a new line)")
-        self.input.setMaximumHeight(90)
-        self.input.submitted.connect(self.send_from_input)
-        cl.addWidget(self.input)
-        row = QHBoxLayout()
-        self.send_btn = QPushButton("Send")
-        self.send_btn.setObjectName("sendButton")
-        self.send_btn.setDefault(True)
-        self.send_btn.clicked.connect(self.send_from_input)
-        self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setObjectName("stopButton")
-        self.stop_btn.clicked.connect(self.stop_generation)
-        self.regen_btn = QPushButton("Regenerate")
-        self.regen_btn.setObjectName("regenerateButton")
-        self.regen_btn.clicked.connect(self.regenerate)
-        self.clear_btn = QPushButton("Clear")
-        self.clear_btn.setObjectName("clearButton")
-        self.clear_btn.clicked.connect(self.clear_chat)
-        self.copy_btn = QPushButton("Copy answer")
-        self.copy_btn.setObjectName("copyButton")
-        self.copy_btn.clicked.connect(self.copy_answer)
-        for b in (self.send_btn, self.stop_btn, self.regen_btn, self.clear_btn, self.copy_btn):
-            row.addWidget(b)
-        row.addStretch(1)
-        self.run_info = QLabel("")
-        self.run_info.setObjectName("runInfo")
-        self.run_info.setStyleSheet("color:#868e96;")
-        row.addWidget(self.run_info)
-        cl.addLayout(row)
+        self.chat_panel = cp = ChatPanel()
+        cp.input.submitted.connect(self.send_from_input)
+        cp.send_btn.clicked.connect(self.send_from_input)
+        cp.stop_btn.clicked.connect(self.stop_generation)
+        cp.regen_btn.clicked.connect(self.regenerate)
+        cp.clear_btn.clicked.connect(self.clear_chat)
+        cp.copy_btn.clicked.connect(self.copy_answer)
+        self.chat_view, self.legend, self.provenance_box, self.input = cp.chat_view, cp.legend, cp.provenance_box, cp.input
+        self.send_btn, self.stop_btn, self.regen_btn = cp.send_btn, cp.stop_btn, cp.regen_btn
+        self.clear_btn, self.copy_btn, self.run_info = cp.clear_btn, cp.copy_btn, cp.run_info
 
         self.empty_state = EmptyState()
         self.empty_state.fetch_requested.connect(self.fetch_default_pair)
         self.empty_state.open_requested.connect(lambda: self.open_model_dialog("target"))
-        self.empty_state.model_chosen.connect(self._empty_state_choice)
+        self.empty_state.model_chosen.connect(lambda p: self.load_models(Path(p), self.draft_path))
 
         self.pages = QStackedWidget()
         self.pages.addWidget(self.empty_state)
-        self.pages.addWidget(chat_page)
-
+        self.pages.addWidget(cp)
         centre = QWidget()
         ctr = QVBoxLayout(centre)
         ctr.setContentsMargins(6, 6, 6, 6)
@@ -240,16 +175,12 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("mainTabs")
         self.tabs.addTab(centre, "Chat")
-        from .compare_tab import CompareTab
-
         self.compare = CompareTab(lambda: self.session)
         self.compare.error.connect(self.show_error)
         self.compare.reference_measured.connect(self.set_reference)
         self.compare.stopped.connect(self._update_state)
         self.compare.run_btn.clicked.connect(self._update_state)
         self.tabs.addTab(self.compare, "Compare")
-        from .library_tab import LibraryTab
-
         self.library = LibraryTab()
         self.library.error.connect(self.show_error)
         self.library.scanned.connect(self._library_scanned)
@@ -257,13 +188,23 @@ class MainWindow(QMainWindow):
         self.library.use_as_draft.connect(lambda p: self._use_from_library(p, "draft"))
         self.tabs.addTab(self.library, "Library")
 
-        # -- right: statistics
+        # -- right: statistics, scrolling, and hidden with the model bar's toggle
         self.stats = StatsPanel()
-        scroll = QScrollArea()
-        scroll.setWidget(self.stats)
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setMinimumWidth(330)
+        self.stats_scroll = QScrollArea()
+        self.stats_scroll.setObjectName("statsScroll")
+        self.stats_scroll.setWidget(self.stats)
+        self.stats_scroll.setWidgetResizable(True)
+        self.stats_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.stats_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.stats_scroll.setMinimumWidth(280)
+        self.stats_toggle = QAction("Statistics", self)
+        self.stats_toggle.setObjectName("statsToggle")
+        self.stats_toggle.setCheckable(True)
+        self.stats_toggle.setChecked(True)
+        self.stats_toggle.setToolTip("Show or hide the statistics panel (Ctrl+I)")
+        self.stats_toggle.setShortcut(QKeySequence("Ctrl+I"))
+        self.stats_toggle.toggled.connect(self.stats_scroll.setVisible)
+        self.model_bar.addAction(self.stats_toggle)
 
         middle = QWidget()
         ml = QVBoxLayout(middle)
@@ -271,14 +212,15 @@ class MainWindow(QMainWindow):
         ml.addWidget(self.error_banner)  # above the tabs: errors show whichever tab is open
         ml.addWidget(self.tabs, 1)
 
-        split = QSplitter()
-        split.addWidget(left)
+        self.splitter = split = QSplitter()
+        split.addWidget(self.sidebar)
         split.addWidget(middle)
-        split.addWidget(scroll)
+        split.addWidget(self.stats_scroll)
+        split.setChildrenCollapsible(False)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
         split.setStretchFactor(2, 0)
-        split.setSizes([200, 820, 380])
+        split.setSizes([180, 820, 360])
         self.setCentralWidget(split)
 
         # -- status bar with a progress bar and cancel
@@ -289,7 +231,7 @@ class MainWindow(QMainWindow):
         self.progress = QProgressBar()
         self.progress.setObjectName("loadProgress")
         self.progress.setRange(0, 1000)
-        self.progress.setMaximumWidth(260)
+        self.progress.setMaximumWidth(220)
         self.progress.setVisible(False)
         sb.addPermanentWidget(self.progress)
         self.cancel_btn = QPushButton("Cancel")
@@ -298,43 +240,91 @@ class MainWindow(QMainWindow):
         self.cancel_btn.clicked.connect(self.cancel_background)
         sb.addPermanentWidget(self.cancel_btn)
 
-        quit_act = QAction("Quit", self)
-        quit_act.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_act.triggered.connect(self.close)
-        self.addAction(quit_act)
+        def shortcut(keys, slot) -> None:
+            QShortcut(QKeySequence(keys), self, activated=slot, context=Qt.ShortcutContext.WindowShortcut)
+
+        shortcut(QKeySequence.StandardKey.Quit, self.close)
+        shortcut("Esc", self._escape)
+        shortcut("Ctrl+N", self.new_chat)
+        shortcut("Ctrl+L", self._focus_message_box)
+        shortcut("Ctrl+,", self.open_settings)
+
+    def _fit_to_screen(self) -> None:
+        """Open at DEFAULT_SIZE or the available screen, whichever is smaller, inside it."""
+        self.setMinimumSize(*MIN_SIZE)
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            self.resize(*DEFAULT_SIZE)
+            return
+        avail = screen.availableGeometry()
+        # leave room for the window frame the window manager adds
+        w = min(DEFAULT_SIZE[0], avail.width() - 16)
+        h = min(DEFAULT_SIZE[1], avail.height() - 40)
+        self.setMinimumSize(min(MIN_SIZE[0], w), min(MIN_SIZE[1], h))
+        self.resize(max(w, self.minimumWidth()), max(h, self.minimumHeight()))
+        self.move(avail.x() + max(0, (avail.width() - self.width()) // 2),
+                  avail.y() + max(0, (avail.height() - self.height() - 30) // 2))
+        if avail.width() < 1200:
+            self.splitter.setSizes([150, max(400, avail.width() - 150 - 300), 300])
+
+    def focus_input(self) -> None:
+        if not self._closing:
+            self.input.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _focus_message_box(self) -> None:
+        self.tabs.setCurrentIndex(0)
+        self.focus_input()
+
+    def _escape(self) -> None:
+        if self.generating:
+            self.stop_generation()
+        elif self.compare.running:
+            self.compare.cancel()
+        elif self.loading:
+            self.cancel_background()
+        else:
+            self.clear_error()
 
     # =============================================================== state
 
+    # Both states last until the task's outcome has been handled on this thread, not
+    # while its thread runs: a thread ends a moment before its queued result arrives,
+    # and work started in that moment would meet a result meant for the old request.
     @property
     def generating(self) -> bool:
-        return self._gen_task is not None and self._gen_task.isRunning()
+        """From Send until the answer is stored (``_answer_delivered``)."""
+        return self._gen_task is not None
 
     @property
     def loading(self) -> bool:
-        return self._load_task is not None and self._load_task.isRunning()
+        """From Load until the outcome of its check or load has been handled (``_finish_load``)."""
+        return self._load_task is not None
 
     def _update_state(self) -> None:
+        if self._closing:
+            return
         loaded = self.session is not None
         comparing = self.compare.running
+        loading = self.loading
         busy = self.generating or comparing
+        ready = loaded and not busy and not loading
         self.pages.setCurrentIndex(1 if loaded or self._has_messages() else 0)
-        self.compare.set_enabled_for(loaded and not self.loading, self.generating)
-        self.send_btn.setEnabled(loaded and not busy and not self.loading)
+        self.compare.set_enabled_for(loaded and not loading, self.generating)
+        self.send_btn.setEnabled(ready)
         self.input.setEnabled(True)
         self.stop_btn.setEnabled(busy)
-        self.regen_btn.setEnabled(loaded and not busy and any(r == "assistant" for r, _, _ in self.chat_view.messages()))
+        self.regen_btn.setEnabled(ready and self.chat_panel.has_answer())
         self.clear_btn.setEnabled(not busy)
-        self.new_chat_btn.setEnabled(not busy)
-        self.delete_chat_btn.setEnabled(not busy)
-        self.chat_list.setEnabled(not busy)
-        self.settings_btn.setEnabled(not self.loading and not comparing)
-        self.load_btn.setEnabled(not self.loading and not comparing)
+        self.sidebar.set_busy(busy)
+        self.settings_btn.setEnabled(not loading and not comparing)
+        self.load_btn.setEnabled(not loading and not comparing)
+        self.empty_state.setEnabled(not loading)
         if loaded:
             d = self.session.draft
-            self.model_info.setText("● loaded" + ("" if d else " (no draft)"))
-            self.model_info.setToolTip(f"{self.session.target.spec.path}\n{d.spec.path if d else 'no draft'}")
-        elif not self.loading:
-            self.model_info.setText("no models loaded")
+            self.model_bar.set_info("● loaded" + ("" if d else " (no draft)"),
+                                    f"{self.session.target.spec.path}\n{d.spec.path if d else 'no draft'}")
+        elif not loading:
+            self.model_bar.set_info("no models loaded")
 
     def _has_messages(self) -> bool:
         return bool(self.chat_view.messages())
@@ -367,9 +357,17 @@ class MainWindow(QMainWindow):
         self.empty_state.set_progress(None, None)
 
     def cancel_background(self) -> None:
+        self._pending_load = None
         for t in [self._load_task, *self._aux_tasks]:
             if t is not None and t.isRunning():
                 t.cancel()
+
+    def _start_aux(self, task: Task) -> Task:
+        """Run a side task (pairing, fetching) that the window cancels on close."""
+        self._aux_tasks.append(task)
+        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
+        task.start()
+        return task
 
     # =============================================================== models
 
@@ -377,7 +375,9 @@ class MainWindow(QMainWindow):
         raw = QSettings().value("models/recent", [])
         if isinstance(raw, str):
             raw = [raw]
-        return [Path(p) for p in (raw or []) if p]
+        if not isinstance(raw, list):
+            return []
+        return [Path(p) for p in raw if isinstance(p, str) and p]
 
     def _remember(self, path: Path) -> None:
         rec = [p for p in self._recent() if p != path]
@@ -387,8 +387,6 @@ class MainWindow(QMainWindow):
     def known_models(self) -> list[Path]:
         """The library's usable models (models/, your folders, HF cache, LM Studio,
         Ollama) and recently opened files."""
-        from ..paths import models_dir
-
         seen: dict[Path, None] = {}
         for e in self.library.entries:
             if e.valid:
@@ -411,137 +409,68 @@ class MainWindow(QMainWindow):
 
     def _refresh_model_lists(self) -> None:
         models = self.known_models()
-        # target: every usable model
-        combo = self.target_combo
-        picked = self._picked_target  # chosen in the combo, not loaded yet: survives a refresh
-        combo.blockSignals(True)
-        combo.clear()
-        for p in models:
-            combo.addItem(self._model_name(p), str(p))
-            combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
-        if self.target_path is not None:
-            i = combo.findData(str(self.target_path.resolve()))
-            if i < 0:
-                combo.addItem(self.target_path.name, str(self.target_path.resolve()))
-                i = combo.count() - 1
-            combo.setCurrentIndex(i)
-        i = combo.findData(str(picked)) if picked is not None else -1
-        if i >= 0:
-            combo.setCurrentIndex(i)
-        combo.blockSignals(False)
-        # draft: compatible drafts first (smallest first), the others greyed out with their reason
-        combo = self.draft_combo
-        combo.blockSignals(True)
-        combo.clear()
-        combo.addItem("(no draft: n-gram or target alone)", None)
-        pairing = self._draft_pairing
-        ordered = [c.path.resolve() for c in pairing if c.compatible] if pairing else []
-        ordered += [p for p in models if p not in ordered and p not in {c.path.resolve() for c in pairing}]
-        incompatible = [c for c in pairing if not c.compatible] if pairing else []
-        model = combo.model()
-        for p in ordered:
-            if self.target_path is not None and p == self.target_path.resolve():
-                continue
-            combo.addItem(self._model_name(p), str(p))
-            tip = "compatible: shares the target's vocabulary" if pairing else str(p)
-            combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
-        for c in incompatible:
-            short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
-            combo.addItem(f"{self._model_name(c.path)} — {short}", str(c.path.resolve()))
-            idx = combo.count() - 1
-            combo.setItemData(idx, f"cannot draft for this target: {c.reason}", Qt.ItemDataRole.ToolTipRole)
-            item = model.item(idx)
-            if item is not None:
-                item.setEnabled(False)
-        if self.draft_path is not None:
-            i = combo.findData(str(self.draft_path.resolve()))
-            if i < 0:
-                combo.addItem(self.draft_path.name, str(self.draft_path.resolve()))
-                i = combo.count() - 1
-            combo.setCurrentIndex(i)
-        combo.blockSignals(False)
+        self.model_bar.populate(models, self._model_name, self.target_path, self.draft_path,
+                                self._picked_target, self._draft_pairing)
         self.empty_state.set_models(models)
 
     def _library_scanned(self, entries) -> None:
         if self._closing:
             return  # a scan that finished while the window closed
         self._refresh_model_lists()
-        target = self._combo_path(self.target_combo) or self.target_path
+        target = ModelBar.path_of(self.target_combo) or self.target_path
         if target is not None:
             self.check_drafts(target)
 
-    def check_drafts(self, target: Path) -> None:
-        """Pair every library model with the target, off the UI thread."""
+    def _pair(self, target: Path, on_done, on_error=None) -> None:
+        """Pair every library model with ``target`` off the UI thread; ``on_done(candidates)``."""
         if self._closing:
             return
         cands = [(Path(p), self._model_name(Path(p))) for p in self.known_models()]
+        task = Task(lambda t: drafts_for(target, cands, cancel=t.is_cancelled), "draft pairing")
+        task.succeeded.connect(lambda res: None if res is None or self._closing else on_done(list(res)))
+        task.failed.connect(on_error or (lambda msg: log.warning("pairing failed: %s", msg)))
+        self._start_aux(task)
 
-        def work(task: Task):
-            from ..library.pairing import drafts_for
+    def check_drafts(self, target: Path) -> None:
+        """Refresh the draft picker for ``target``: compatible drafts first."""
 
-            return drafts_for(target, cands, cancel=task.is_cancelled)
-
-        task = Task(work, "draft pairing")
-        self._aux_tasks.append(task)
-
-        def done(res) -> None:
-            if res is None or self._closing:
-                return
-            current = self._combo_path(self.target_combo) or self.target_path
+        def done(res: list) -> None:
+            current = ModelBar.path_of(self.target_combo) or self.target_path
             if current is not None and current.resolve() != Path(target).resolve():
                 return  # the target changed meanwhile
-            self._draft_pairing = list(res)
+            self._draft_pairing = res
             self._pairing_target = Path(target)
             self._refresh_model_lists()
             self.pairing_checked.emit((Path(target), self._draft_pairing))
 
-        task.succeeded.connect(done)
-        task.failed.connect(lambda msg: log.warning("pairing failed: %s", msg))
-        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
-        task.start()
+        self._pair(target, done)
 
-    def _target_combo_changed(self, _i: int) -> None:
-        t = self._combo_path(self.target_combo)
-        self._picked_target = t
-        if t is not None:
+    def _target_picked(self, path: Path | None) -> None:
+        self._picked_target = path
+        if path is not None:
             self._draft_pairing = []
-            self.check_drafts(t)
+            self.check_drafts(path)
 
     def _use_from_library(self, path: Path, role: str) -> None:
         self.tabs.setCurrentIndex(0)
         if role == "draft":
-            target = self.target_path or self._combo_path(self.target_combo)
+            target = self.target_path or ModelBar.path_of(self.target_combo)
             if target is None:
                 self.show_error("Choose a target first: a draft speculates for a target.")
                 return
             self.load_models(target, path)
             return
+
         # a new target: keep the draft if it still pairs, else take the smallest compatible one
-        from ..library.pairing import drafts_for
-
-        def work(task: Task):
-            return drafts_for(path, [(Path(p), Path(p).name) for p in self.known_models()], cancel=task.is_cancelled)
-
-        task = Task(work, "draft pairing")
-        self._aux_tasks.append(task)
-
-        def done(res) -> None:
-            if res is None or self._closing:
-                return
-            self._draft_pairing = list(res)
-            ok = [c.path for c in res if c.compatible]
-            draft = self.draft_path if self.draft_path is not None and self.draft_path.resolve() in {p.resolve() for p in ok} else (ok[0] if ok else None)
+        def done(res: list) -> None:
+            self._draft_pairing = res
+            ok = {c.path.resolve(): c.path for c in res if c.compatible}
+            keep = self.draft_path is not None and self.draft_path.resolve() in ok
+            draft = self.draft_path if keep else next(iter(ok.values()), None)
             self.target_path = path
             self.load_models(path, draft)
 
-        task.succeeded.connect(done)
-        task.failed.connect(self.show_error)
-        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
-        task.start()
-
-    def _combo_path(self, combo: QComboBox) -> Path | None:
-        v = combo.currentData()
-        return Path(v) if v else None
+        self._pair(path, done, self.show_error)
 
     def open_model_dialog(self, role: str) -> None:
         start = str(self.target_path.parent) if self.target_path else str(Path.home())
@@ -560,12 +489,9 @@ class MainWindow(QMainWindow):
         else:
             self.load_selected()
 
-    def _empty_state_choice(self, path: str) -> None:
-        self.load_models(Path(path), self.draft_path)
-
     def load_selected(self) -> None:
-        t = self._combo_path(self.target_combo)
-        d = self._combo_path(self.draft_combo)
+        t = ModelBar.path_of(self.target_combo)
+        d = ModelBar.path_of(self.draft_combo)
         if t is None:
             self.show_error("Choose a target model first.")
             return
@@ -573,122 +499,138 @@ class MainWindow(QMainWindow):
 
     def autoload_default_pair(self) -> None:
         """Load the default pair when it is in models/, else stay on the empty state."""
-        from ..library.defaults import default_models, pair_present
-
-        if self.session is not None or self.loading or not pair_present():
+        if self._closing or self.session is not None or self.loading or not pair_present():
             self._update_state()
             return
         t, d = (m.path for m in default_models(["target", "draft"]))
         self.load_models(t, d, confirm_memory=False)
 
     def load_models(self, target: Path, draft: Path | None, confirm_memory: bool = True) -> None:
-        """Check the pair and its memory off the UI thread, then load it off the UI thread."""
+        """Check the pair and its memory, then load it, both off the UI thread.
+
+        A generation or comparison on the old pair is stopped (the old session is
+        freed when it has ended). While another load runs, it is cancelled and this
+        request runs after it: one load at a time, the newest wins."""
+        if self._closing:
+            return
+        s = self.settings
+        try:
+            req = _LoadRequest(s.model_spec(target, "target"), s.model_spec(draft, "draft") if draft else None,
+                               confirm_memory)
+        except SpecDeskError as e:
+            self.show_error(str(e))
+            return
         if self.compare.running:
             self.compare.cancel()
-            self.compare._task.wait()
-        if self.loading:
-            self._load_task.cancel()
-            self._load_task.wait()
-        self.stop_generation(wait=True)
+        self.stop_generation()
         self.clear_error()
-        s = self.settings
-        tspec = s.model_spec(target, "target")
-        dspec = s.model_spec(draft, "draft") if draft else None
-
-        def preflight(task: Task):
-            from ..engine.model import repack_types
-            from ..library.gguf_file import estimate_memory, validate_gguf
-            from ..library.pairing import check_pair
-
-            task.report("checking the model files…", 0.0)
-            est = estimate_memory(validate_gguf(tspec.path), n_ctx=tspec.n_ctx, n_gpu_layers=tspec.n_gpu_layers, repack_types=repack_types())
-            compat = None
-            if dspec is not None:
-                de = estimate_memory(validate_gguf(dspec.path), n_ctx=dspec.n_ctx, n_gpu_layers=dspec.n_gpu_layers, repack_types=repack_types())
-                for k in ("ram_bytes", "vram_bytes"):
-                    est[k] = est[k] + de[k]
-                task.report("checking that the draft shares the target's vocabulary…", 0.5)
-                compat = check_pair(tspec.path, dspec.path)
-            return est, compat
-
-        task = Task(preflight, "model check")
-        self._aux_tasks.append(task)
-        task.progress.connect(lambda m, f: self._busy(m, None))
-        task.failed.connect(lambda msg: (self._idle(), self.show_error(msg), self._update_state()))
-        task.was_cancelled.connect(lambda: self._idle("cancelled"))
-        task.succeeded.connect(lambda res: self._after_preflight(res, tspec, dspec, confirm_memory))
-        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
-        task.start()
-
-    def _after_preflight(self, res, tspec, dspec, confirm_memory: bool) -> None:
-        if res is None or self._closing:
+        if self.loading:
+            self._pending_load = req
+            self._load_task.cancel()
             return
-        est, compat = res
-        if compat is not None and not compat.ok:
+        self._start_preflight(req)
+
+    def _start_preflight(self, req: _LoadRequest) -> None:
+        task = Task(lambda t: preflight(req.target, req.draft, progress=t.report), "model check")
+        self._load_task = task
+        task.progress.connect(lambda m, f: self._busy(m, None))
+        task.failed.connect(lambda msg: (self._finish_load(task), self._idle(), self.show_error(msg)))
+        task.was_cancelled.connect(lambda: (self._finish_load(task), self._idle("cancelled")))
+        task.succeeded.connect(lambda res: self._after_preflight(res, req, task))
+        task.finished.connect(self._update_state)
+        task.start()
+        self._update_state()
+
+    def _finish_load(self, task: Task) -> None:
+        """The request ``task`` served has its outcome (loaded, failed, cancelled or
+        declined): the next load may start, and the newest request that waited runs.
+        Called from the outcome's handler, not from ``finished``: the window is ready
+        when the outcome has been handled, whatever the thread still does."""
+        if task is not self._load_task:
+            return
+        self._load_task = None
+        if self._closing:
+            return
+        req, self._pending_load = self._pending_load, None
+        if req is not None:
+            self._start_preflight(req)
+        self._update_state()
+
+    def _after_preflight(self, pre: Preflight | None, req: _LoadRequest, check: Task) -> None:
+        if self._closing:
+            return
+        if pre is None or self._pending_load is not None or self._load_task is not check:
+            self._finish_load(check)  # a newer request runs next
+            return
+        tspec, dspec = req.target, req.draft
+        if pre.compat is not None and not pre.compat:
+            self._finish_load(check)
             self._idle()
-            self.show_error(f"{dspec.path.name} cannot draft for {tspec.path.name}: {compat.reason}")
-            self.draft_combo.setItemData(self.draft_combo.currentIndex(), f"incompatible: {compat.reason}", Qt.ItemDataRole.ToolTipRole)
+            self.show_error(f"{dspec.path.name} cannot draft for {tspec.path.name}: {pre.compat.reason}")
+            self.model_bar.mark_incompatible(pre.compat.reason)
             self._update_state()
             return
-        import psutil
-
-        need = est["ram_bytes"]
-        avail = psutil.virtual_memory().available
-        msg = f"estimated memory: {fmt_bytes(need)} RAM" + (f", {fmt_bytes(est['vram_bytes'])} VRAM" if est["vram_bytes"] else "")
-        self.model_info.setText(msg)
-        short = []
-        if need > avail:
-            short.append(f"about {fmt_bytes(need)} of RAM but {fmt_bytes(avail)} is free")
-        if est["vram_bytes"]:
-            from ..engine.memory import gpu_memory
-
-            gpus, status = gpu_memory()
-            free_vram = sum(g.total_bytes - g.used_bytes for g in gpus)
-            if not gpus:
-                short.append(f"{fmt_bytes(est['vram_bytes'])} of VRAM but the GPU reads '{status}'")
-            elif est["vram_bytes"] > free_vram:
-                short.append(f"about {fmt_bytes(est['vram_bytes'])} of VRAM but {fmt_bytes(free_vram)} is free")
-        if short:
-            self.model_info.setText(msg + " — more than is free")
-        if confirm_memory and short:
+        msg = pre.summary()
+        self.model_bar.set_info(msg + ("" if pre.fits else " — more than is free"))
+        if req.confirm_memory and not pre.fits:
             ans = QMessageBox.warning(
                 self,
                 "Not enough free memory",
-                f"Loading these models needs {' and '.join(short)}. Load anyway?",
+                f"Loading these models needs {' and '.join(pre.shortfalls)}. Load anyway?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             )
-            if ans != QMessageBox.StandardButton.Yes:
+            if self._closing:
+                return
+            if ans != QMessageBox.StandardButton.Yes or self._pending_load is not None:
+                self._finish_load(check)  # declined, or asked again meanwhile: the newer request runs
                 self._idle()
                 return
-        self._start_load(tspec, dspec, msg)
+        self._start_load(req, msg)  # the check's request goes on as this load
 
-    def _start_load(self, tspec, dspec, estimate_msg: str) -> None:
-        old = self.session
-        self.session = None
-        if old is not None:
-            old.close()
-
-        def load(task: Task) -> Session:
-            return Session.load(tspec, dspec, progress=task.report)
-
-        task = Task(load, "model load")
+    def _start_load(self, req: _LoadRequest, estimate_msg: str) -> None:
+        tspec, dspec = req.target, req.draft
+        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report), "model load")
         self._load_task = task
         task.progress.connect(lambda m, f: self._busy(f"{m}  ({estimate_msg})", f))
-        task.succeeded.connect(self._loaded)
-        task.failed.connect(self._load_failed)
-        task.was_cancelled.connect(lambda: self._idle("loading cancelled"))
+        task.succeeded.connect(lambda session: self._load_succeeded(task, session))
+        task.failed.connect(lambda msg: (self._finish_load(task), self._load_failed(msg)))
+        task.was_cancelled.connect(lambda: (self._finish_load(task), self._idle("loading cancelled")))
         task.finished.connect(self._update_state)
         self._busy(f"loading {tspec.path.name}…", 0.0)
         task.start()
         self._update_state()
 
+    def _load_succeeded(self, task: Task, session: Session | None) -> None:
+        if session is None:
+            self._finish_load(task)
+            return
+        if self._closing or self._pending_load is not None or task is not self._load_task:
+            session.close()  # the window closes, or a newer request replaces it at once
+            self._finish_load(task)
+            return
+        self._load_task = None  # loaded: ready before models_changed is emitted
+        self._loaded(session)
+
+    def _install(self, session: Session | None) -> None:
+        """Make ``session`` the window's; the old one is freed once nothing uses it."""
+        old, self.session = self.session, session
+        if old is not None and old is not session:
+            old.close()
+
     def _loaded(self, session: Session | None) -> None:
         if session is None:
             return
-        if self._closing:
-            session.close()
+        if self._closing or self._pending_load is not None:
+            session.close()  # the window closes, or a newer request replaces it at once
             return
-        self.session = session
+        if self._gen_task is not None:
+            # The answer on the old pair was stopped when this load began; install the
+            # new pair once that answer is stored (a step at most from now).
+            if self._deferred_session is not None and self._deferred_session is not session:
+                self._deferred_session.close()
+            self._deferred_session = session
+            return
+        self._install(session)
         self.target_path = session.target.spec.path
         self._picked_target = None
         self.draft_path = session.draft.spec.path if session.draft else None
@@ -701,10 +643,11 @@ class MainWindow(QMainWindow):
         self._refresh_model_lists()
         self._idle(f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else ""))
         self.stats.set_memory(session.memory())
-        self.stats.set_reference(self._reference_for(self.target_path))
+        self.stats.set_devices(devices(), supports_gpu_offload())
+        self._show_reference()
         self._update_state()
         self.models_changed.emit(session)
-        self.input.setFocus()
+        self.focus_input()
 
     def _load_failed(self, msg: str) -> None:
         self._idle()
@@ -713,56 +656,46 @@ class MainWindow(QMainWindow):
         self.models_changed.emit(None)
 
     def fetch_default_pair(self) -> None:
-        def fetch(task: Task):
-            from ..library.defaults import fetch as fetch_models
+        if any(t.name == "fetch default pair" for t in self._aux_tasks):
+            return
 
+        def fetch(task: Task):
             def progress(msg: str, frac: float) -> None:
                 if not task.report(msg, frac):
-                    from ..errors import Cancelled
-
                     raise Cancelled("fetching the default pair was cancelled")
 
             return fetch_models(("target", "draft"), progress)
 
         task = Task(fetch, "fetch default pair")
-        self._aux_tasks.append(task)
         task.progress.connect(lambda m, f: self._busy(m, f))
         task.failed.connect(lambda msg: (self._idle(), self.show_error(msg)))
         task.was_cancelled.connect(lambda: self._idle("download cancelled; it resumes from the cached wheels next time"))
         task.succeeded.connect(lambda paths: (self._idle("default pair ready"), self._refresh_model_lists(), self.autoload_default_pair()))
-        task.finished.connect(lambda: self._aux_tasks.remove(task) if task in self._aux_tasks else None)
         self._busy("fetching the default pair…", 0.0)
-        task.start()
+        self._start_aux(task)
 
     # =============================================================== reference speed
 
-    def _reference_for(self, target: Path | None) -> float | None:
-        if target is None:
-            return None
-        v = QSettings().value(f"reference/{target.resolve()}")
-        try:
-            return float(v) if v else None
-        except (TypeError, ValueError):
-            return None
-
     def set_reference(self, target: Path, tokens_per_second: float) -> None:
-        QSettings().setValue(f"reference/{target.resolve()}", float(tokens_per_second))
+        remember_reference(target, tokens_per_second)
         if self.target_path and target.resolve() == self.target_path.resolve():
-            self.stats.set_reference(tokens_per_second)
+            self.stats.set_reference(tokens_per_second, "measured")
+
+    def _show_reference(self) -> None:
+        """Target alone's speed for the verdict: measured when a comparison or a plain
+        answer measured it, else estimated from the single target steps this session
+        has timed (what every verify of one token costs)."""
+        measured = measured_reference(self.target_path)
+        if measured:
+            self.stats.set_reference(measured, "measured")
+            return
+        step = self.session.auto.costs.verify_cost(1) if self.session is not None else None
+        self.stats.set_reference(1.0 / step if step else None, "estimated")
 
     # =============================================================== chats
 
     def _refresh_chat_list(self) -> None:
-        self.chat_list.blockSignals(True)
-        self.chat_list.clear()
-        for c in self.store.chats():
-            it = QListWidgetItem(c.title)
-            it.setData(Qt.ItemDataRole.UserRole, c.id)
-            it.setToolTip(time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated)))
-            self.chat_list.addItem(it)
-            if c.id == self.chat_id:
-                self.chat_list.setCurrentItem(it)
-        self.chat_list.blockSignals(False)
+        self.sidebar.show_chats(self.store.chats(), self.chat_id)
 
     def _select_or_create_chat(self) -> None:
         chats = self.store.chats()
@@ -772,8 +705,11 @@ class MainWindow(QMainWindow):
             self.new_chat()
 
     def new_chat(self) -> None:
+        if self.generating:
+            return
         c = self.store.create_chat("New chat", self.settings.to_dict())
         self._open_chat(c.id)
+        self.focus_input()
 
     def delete_chat(self) -> None:
         if self.chat_id is None or self.generating:
@@ -782,12 +718,12 @@ class MainWindow(QMainWindow):
         self.chat_id = None
         self._select_or_create_chat()
 
-    def _chat_selected(self, item: QListWidgetItem | None, _prev=None) -> None:
-        if item is None or self.generating:
+    def _chat_selected(self, chat_id: int) -> None:
+        if self.generating:
+            self._refresh_chat_list()  # the list stays on the chat being answered
             return
-        cid = item.data(Qt.ItemDataRole.UserRole)
-        if cid != self.chat_id:
-            self._open_chat(cid)
+        if chat_id != self.chat_id:
+            self._open_chat(chat_id)
 
     def _open_chat(self, chat_id: int) -> None:
         chat = self.store.chat(chat_id)
@@ -806,8 +742,6 @@ class MainWindow(QMainWindow):
                 last_stats = m.stats
         self.chat_view.set_messages(msgs)
         if last_stats:
-            from ..speculative.stats import Stats
-
             self.stats.update_stats(Stats.from_dict(last_stats), live=False)
         self._refresh_chat_list()
         self._update_state()
@@ -826,10 +760,6 @@ class MainWindow(QMainWindow):
         QGuiApplication.clipboard().setText(text)
         self.status_label.setText("copied the last answer" if self.chat_view.last_answer() else "copied the chat")
 
-    def _toggle_provenance(self, on: bool) -> None:
-        self.chat_view.set_provenance(on)
-        self.legend.setEnabled(on)
-
     # =============================================================== generation
 
     def send_from_input(self) -> None:
@@ -840,84 +770,82 @@ class MainWindow(QMainWindow):
             self.input.clear()
 
     def send(self, text: str) -> bool:
+        """Answer ``text`` in the current chat. The message is stored only once the
+        answer starts (it fits the context); returns False when nothing was started."""
         if self.session is None:
             self.show_error("Load a target model first (Open… or fetch the default pair).")
             return False
-        if self.generating or self.compare.running:
+        if self.generating or self.compare.running or self.loading or self.chat_id is None:
             return False
         self.clear_error()
-        self.store.add_message(self.chat_id, Message("user", text))
-        self.chat_view.add_message("user", text)
-        chat = self.store.chat(self.chat_id)
-        if chat and chat.title == "New chat":
-            self.store.rename_chat(self.chat_id, text.splitlines()[0][:48])
-            self._refresh_chat_list()
-        self._generate()
-        return True
+        history = self._history() + [{"role": "user", "content": text}]
+        return self._generate(history, new_user_text=text)
 
     def regenerate(self) -> None:
-        if self.session is None or self.generating or self.chat_id is None:
+        """Answer the last question again; the old answer stays until the new one exists."""
+        if self.session is None or self.generating or self.compare.running or self.loading or self.chat_id is None:
             return
         msgs = self.store.messages(self.chat_id)
+        replaces = None
         if msgs and msgs[-1].role == "assistant":
-            self.store.delete_message(msgs[-1].id)
-            shown = self.chat_view.messages()
-            if shown and shown[-1][0] == "assistant":
-                self.chat_view.set_messages(shown[:-1])
-        if not any(m.role == "user" for m in self.store.messages(self.chat_id)):
+            replaces = msgs[-1].id
+            msgs = msgs[:-1]
+        if not any(m.role == "user" for m in msgs):
             return
-        self._generate()
+        self._generate([{"role": m.role, "content": m.content} for m in msgs], replaces=replaces)
 
     def _history(self) -> list[dict]:
         return [{"role": m.role, "content": m.content} for m in self.store.messages(self.chat_id)]
 
-    def _fit_prompt(self, messages: list[dict], max_tokens: int) -> tuple[list[int], int]:
-        """Tokens of the chat, dropping the oldest turns when it does not fit."""
-        s = self.session
-        n_ctx = s.target.ctx.n_ctx
-        dropped = 0
-        while True:
-            prompt = s.chat_prompt(messages)
-            if len(prompt) + max_tokens <= n_ctx or len(messages) <= 1:
-                return prompt, dropped
-            messages = messages[1:]
-            dropped += 1
-
-    def _generate(self) -> None:
+    def _generate(self, history: list[dict], new_user_text: str | None = None, replaces: int | None = None) -> bool:
         s = self.session
         cfg = self.settings.generation_config(has_draft=s.draft is not None)
-        try:
-            prompt, dropped = self._fit_prompt(self._history(), cfg.max_tokens)
-            s.check_fits(prompt, cfg.max_tokens)
-        except ContextOverflowError as e:
-            self.show_error(f"{e} (Settings → Context size / Max tokens)")
-            return
-        except SpecDeskError as e:
-            self.show_error(str(e))
-            return
-        if dropped:
-            self.status_label.setText(f"the chat is longer than the context: the oldest {dropped} message(s) were left out")
+        chat_id = self.chat_id
 
-        def run(task: Task):
+        def run(task: Task) -> Generation:
+            # The chat template runs here, off the UI thread (it came with the file).
+            prompt, dropped = fit_chat(s, history, cfg.max_tokens)
+            s.check_fits(prompt, cfg.max_tokens)
+            task.report("started", float(dropped))
             steps = []
             for step in s.generate(prompt, cfg, cancel=task.is_cancelled):
                 steps.append(step)
                 task.emit_step(step)
             return Generation(steps=steps, config=cfg, prompt=prompt)
 
-        task = Task(run, "generation")
+        task = Task(run, "generation", keep_result_on_cancel=True)
         self._gen_task = task
+        state = {"started": False}
+
+        def started(_msg: str, dropped: float) -> None:
+            state["started"] = True
+            if self._closing:
+                return
+            if new_user_text is not None:
+                self.store.add_message(chat_id, Message("user", new_user_text))
+                chat = self.store.chat(chat_id)
+                if chat and chat.title == "New chat":
+                    self.store.rename_chat(chat_id, new_user_text.splitlines()[0][:48])
+                    self._refresh_chat_list()
+            if dropped:
+                self.status_label.setText(f"the chat is longer than the context: the oldest {int(dropped)} message(s) were left out")
+
+        task.progress.connect(started)
         task.step.connect(self._on_step)
-        task.succeeded.connect(self._on_generated)
-        task.failed.connect(self._on_generation_failed)
-        task.finished.connect(self._update_state)  # the thread has ended
+        task.succeeded.connect(lambda gen: self._on_generated(gen, chat_id, replaces))
+        task.failed.connect(lambda msg: self._on_generation_failed(msg, chat_id, replaces, new_user_text, state["started"]))
+        task.was_cancelled.connect(lambda: self._on_generation_failed("", chat_id, replaces, new_user_text, state["started"]))
+        task.finished.connect(self._generation_ended)
+        if new_user_text is not None:
+            self.chat_view.add_message("user", new_user_text)
         self.stats.reset()
-        self.stats.set_reference(self._reference_for(self.target_path))
+        self._show_reference()
         self.chat_view.begin_answer()
         self.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}")
         self.latency.start()
         task.start()
         self._update_state()
+        return True
 
     def _on_step(self, step) -> None:
         if self._closing:
@@ -930,33 +858,74 @@ class MainWindow(QMainWindow):
             self._last_mem = now
             self.stats.set_memory(self.session.memory())
 
-    def _on_generated(self, gen: Generation | None) -> None:
+    def _on_generated(self, gen: Generation | None, chat_id: int, replaces: int | None) -> None:
         self.latency.stop()
-        if gen is None or self._closing:
+        if self._closing:
             return
-        text, spans = self.chat_view.end_answer()
+        if gen is None:
+            self._answer_delivered()
+            return
+        if self.chat_view.live_text:
+            text, spans = self.chat_view.end_answer()
+        else:
+            # stopped before its first token: nothing is stored, so nothing is shown
+            # (an empty answer in the view would enable Regenerate and Copy on nothing)
+            self.chat_view.discard_answer()
+            text, spans = "", []
         stats = gen.stats.to_dict() if gen.steps else None
         if gen.steps:
             stats["stop_reason"] = gen.stop_reason
             stats["config"] = gen.config.describe()
             self.stats.update_stats(gen.stats, live=False)
         if text:
-            self.store.add_message(self.chat_id, Message("assistant", text, [sp.to_list() for sp in spans], stats))
+            self.store.replace_answer(chat_id, Message("assistant", text, [sp.to_list() for sp in spans], stats), replaces)
+        if replaces is not None and chat_id == self.chat_id:
+            self._open_chat(chat_id)  # shows the new answer in place of the old one
         if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
             self.set_reference(self.target_path, gen.stats.tokens_per_second)
+        self._show_reference()  # the estimate follows the target steps this answer timed
         if self.session is not None:
             self.stats.set_memory(self.session.memory())
         reason = {"eos": "finished", "max_tokens": "max tokens reached", "cancelled": "stopped", "context": "context full"}
         self.status_label.setText(f"{reason.get(gen.stop_reason, gen.stop_reason or '')} · event loop lag max {self.latency.max_ms:.0f} ms")
         self._refresh_chat_list()
-        self._update_state()
+        self._answer_delivered()
         self.generation_finished.emit(gen)
 
-    def _on_generation_failed(self, msg: str) -> None:
+    def _on_generation_failed(self, msg: str, chat_id: int, replaces: int | None, new_user_text: str | None,
+                              started: bool) -> None:
+        """The answer failed (``msg``) or was stopped before its first step (no ``msg``)."""
         self.latency.stop()
-        self.chat_view.discard_answer()
-        self.show_error(msg)
+        if self._closing:
+            return
+        text, spans = self.chat_view.end_answer()
+        if started and text and replaces is None:
+            # keep what was written before the failure
+            self.store.add_message(chat_id, Message("assistant", text, [sp.to_list() for sp in spans],
+                                                    {"stop_reason": "error", "error": msg}))
+        if not started and new_user_text is not None and not self.input.toPlainText().strip():
+            self.input.setPlainText(new_user_text)  # nothing was sent: the message is back in the box
+        if chat_id == self.chat_id:
+            self._open_chat(chat_id)
+        if msg:
+            self.show_error(msg)
+        else:
+            self.status_label.setText("stopped")
+        self._answer_delivered()
+
+    def _answer_delivered(self) -> None:
+        """The answer is stored: the window is ready for the next one (the worker
+        thread may take a moment more to end; closeEvent still waits for it)."""
+        self._gen_task = None
+        deferred, self._deferred_session = self._deferred_session, None
+        if deferred is not None:
+            self._loaded(deferred)
         self._update_state()
+        self.focus_input()
+
+    def _generation_ended(self) -> None:
+        self._update_state()
+        self.focus_input()
 
     def stop_generation(self, wait: bool = False) -> None:
         t = self._gen_task
@@ -969,6 +938,8 @@ class MainWindow(QMainWindow):
     # =============================================================== settings
 
     def open_settings(self) -> None:
+        if self.loading or self.compare.running:
+            return
         dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self)
         if dlg.exec() != SettingsDialog.DialogCode.Accepted:
             return
@@ -987,17 +958,27 @@ class MainWindow(QMainWindow):
     # =============================================================== shutdown
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """Stop every task, wait for each to end (each honours Stop between steps,
+        prompt chunks and load stages), then free the session and the database."""
         self._closing = True
+        self._pending_load = None
         self.latency.stop()
+        self.hide()
         for t in running_tasks():
             t.cancel()
         for t in running_tasks():
-            t.wait(60000)
+            while not t.wait(100):
+                QGuiApplication.processEvents()  # keep queued signals (and the OS) answered
+        # Deliver what the tasks sent just before they ended: a load that finished as
+        # Close was pressed brings a session, which its handler frees (we are closing).
+        QCoreApplication.sendPostedEvents()
         for w in self.findChildren(QWidget):
             if w.isWindow() and w.isVisible() and w is not self:
                 w.close()  # e.g. a download dialog
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if self._deferred_session is not None:
+            self._deferred_session.close()
+            self._deferred_session = None
+        self._install(None)
         self.store.close()
         super().closeEvent(event)
+

@@ -29,7 +29,7 @@ MAX_TOKENS = 8
 
 def default_models() -> tuple[Path | None, Path | None]:
     """The SmolLM2 test model (as target and draft) when it is in models/, else the default pair."""
-    from .library.defaults import default_models as manifest_models
+    from ..library.defaults import default_models as manifest_models
 
     try:
         test = manifest_models(["test"])
@@ -176,7 +176,7 @@ def run_self_test(target: Path | None = None, draft: Path | None = None, timeout
 
 def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, t0: float, failed: list):
     left: Callable[[], float] = lambda: max(1.0, timeout - (time.monotonic() - t0) - 5.0)  # noqa: E731
-    from . import __version__
+    from .. import __version__
 
     # -- Qt, offscreen, with the settings in the temporary folder
     from PySide6.QtCore import QSettings, qVersion
@@ -185,15 +185,15 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     if QApplication.instance() is None:
         QSettings.setDefaultFormat(QSettings.Format.IniFormat)
         QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.path.join(os.environ["SPECDESK_DATA_DIR"], "settings"))
-    from .ui.app import create_app
+    from .app import create_app
 
     app = create_app([sys.argv[0] if sys.argv and sys.argv[0] else "specdesk"])
     rep.check("qt", True, f"Qt {qVersion()} on the {app.platformName()!r} platform, specdesk {__version__}"
               + (" (frozen bundle)" if getattr(sys, "frozen", False) else ""))
 
     # -- the data files a bundle must carry
-    from .bench.suites import BUILTIN, builtin_dir
-    from .paths import asset_path, manifest_path
+    from ..bench.suites import BUILTIN, builtin_dir
+    from ..paths import asset_path, manifest_path
 
     missing = [n for n in ("icons/specdesk.svg", "style.qss") if asset_path(n) is None]
     suites = [s for s in BUILTIN if not (builtin_dir() / f"{s}.jsonl").is_file()]
@@ -204,18 +204,17 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
 
     # -- llama.cpp's libraries
     try:
-        import llama_cpp
-        import llama_cpp.llama_cpp as ll
+        from ..session import build_info
 
-        lib = getattr(getattr(ll, "_lib", None), "_name", "?")
-        rep.check("llama.cpp", True, f"llama-cpp-python {llama_cpp.__version__}, {lib}")
+        info = build_info()
+        rep.check("llama.cpp", True, f"llama-cpp-python {info['llama_cpp_python']}, {info['library'] or '?'}")
     except Exception as e:  # noqa: BLE001
         rep.check("llama.cpp", False, f"cannot load llama.cpp: {type(e).__name__}: {e}")
         return None
 
     # -- the window
-    from .ui.main_window import MainWindow
-    from .ui.settings import ChatSettings
+    from .main_window import MainWindow
+    from .settings import ChatSettings
 
     w = MainWindow(Path(os.environ["SPECDESK_DATA_DIR"]), autoload=False)
     w.show()

@@ -3,9 +3,10 @@ chat database per chat) and the dialog that edits them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields, replace
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -21,8 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..engine.model import default_threads
-from ..session import GenerationConfig, ModelSpec
+from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
 from ..speculative.sampling import SamplingParams
 
 PROPOSER_LABELS = {
@@ -30,6 +30,26 @@ PROPOSER_LABELS = {
     "ngram": "N-gram lookup (no draft model)",
     "hybrid": "Hybrid (n-gram, else draft model)",
     "none": "None (target alone)",
+}
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+# What a stored value must satisfy to be used (see ChatSettings.from_dict).
+_VALID = {
+    "proposer": lambda v: v in PROPOSER_LABELS,
+    "k": lambda v: 1 <= v <= 64,
+    "p_min": lambda v: _finite(v) and 0.0 <= v < 1.0,
+    "temperature": lambda v: _finite(v) and 0.0 <= v <= 100.0,
+    "top_k": lambda v: v >= 0,
+    "top_p": lambda v: _finite(v) and 0.0 < v <= 1.0,
+    "min_p": lambda v: _finite(v) and 0.0 <= v < 1.0,
+    "max_tokens": lambda v: 1 <= v <= 1 << 20,
+    "n_ctx": lambda v: 16 <= v <= 1 << 22,
+    "threads": lambda v: 0 <= v <= 1024,
+    "target_gpu_layers": lambda v: 0 <= v <= 100_000,
+    "draft_gpu_layers": lambda v: 0 <= v <= 100_000,
 }
 
 # Settings that only take effect after the models are reloaded.
@@ -57,23 +77,36 @@ class ChatSettings:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "ChatSettings":
-        if not d:
-            return cls()
+    def from_dict(cls, d: object) -> "ChatSettings":
+        """Settings from a stored dict. Anything else, and every value of the wrong type
+        or out of range, falls back to the default: stored settings may come from an
+        older version, another machine or a damaged file, and must never stop the app."""
         out = cls()
+        if not isinstance(d, dict):
+            return out
         for f in fields(cls):
-            if f.name in d:
-                try:
-                    out = replace(out, **{f.name: type(getattr(out, f.name))(d[f.name])})
-                except (TypeError, ValueError):
-                    pass
-        if out.proposer not in PROPOSER_LABELS:
-            out = replace(out, proposer="draft")
+            if f.name not in d:
+                continue
+            kind = type(getattr(out, f.name))
+            raw = d[f.name]
+            if kind in (int, float) and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
+                continue
+            if kind is bool and not isinstance(raw, bool):
+                continue
+            if kind is str and not isinstance(raw, str):
+                continue
+            try:
+                value = kind(raw)
+            except (TypeError, ValueError, OverflowError):
+                continue
+            ok = _VALID.get(f.name)
+            if ok is None or ok(value):
+                out = replace(out, **{f.name: value})
         return out
 
     def generation_config(self, has_draft: bool) -> GenerationConfig:
         proposer = self.proposer
-        if proposer in ("draft", "hybrid") and not has_draft:
+        if needs_draft_model(proposer) and not has_draft:
             proposer = "ngram"
         return GenerationConfig(
             proposer=proposer,
@@ -101,18 +134,14 @@ def load_defaults() -> ChatSettings:
     qs = QSettings()
     raw = qs.value("chat/defaults")
     if isinstance(raw, str):
-        import json
-
         try:
             return ChatSettings.from_dict(json.loads(raw))
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return ChatSettings()
 
 
 def save_defaults(s: ChatSettings) -> None:
-    import json
-
     qs = QSettings()
     qs.setValue("chat/defaults", json.dumps(s.to_dict()))
     qs.sync()
@@ -181,11 +210,21 @@ class SettingsDialog(QDialog):
         f.addRow("Threads", self.threads)
         self.target_gpu_layers = self._spin(0, 999, settings.target_gpu_layers)
         self.draft_gpu_layers = self._spin(0, 999, settings.draft_gpu_layers)
-        if not has_gpu:
-            for w in (self.target_gpu_layers, self.draft_gpu_layers):
-                w.setToolTip("This llama.cpp build has no GPU offload; layers stay on the CPU")
         f.addRow("Target GPU layers", self.target_gpu_layers)
         f.addRow("Draft GPU layers", self.draft_gpu_layers)
+        self.gpu_note = QLabel("")
+        self.gpu_note.setObjectName("gpuNote")
+        self.gpu_note.setWordWrap(True)
+        self.gpu_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        if not has_gpu:
+            # Said, not silently ignored: this build cannot offload, whatever the numbers say.
+            for w in (self.target_gpu_layers, self.draft_gpu_layers):
+                w.setEnabled(False)
+                w.setToolTip("This llama.cpp build has no GPU offload; layers stay on the CPU")
+            self.gpu_note.setText("This llama.cpp was built without GPU support, so GPU layers have no effect. "
+                                  f"To offload: {gpu_build_hint()}")
+            self.gpu_note.setStyleSheet("color:#e67700;")
+            f.addRow(self.gpu_note)
         lay.addWidget(models)
 
         self.reload_note = QLabel("")

@@ -1,30 +1,71 @@
-"""The side panel: live speculation statistics, charts and memory per model."""
+"""The side panel: live speculation statistics, charts and memory per model.
+
+Live statistics cost the engine nearly nothing: each step's statistics are kept (a
+reference and a chart point, no Qt work) and shown at a bounded rate: figures
+every ``REPAINT_MS``, charts every ``CHART_EVERY`` of those, and everything at the
+end. A label or a style is set only when it changed. The Qt thread's time per
+repaint is recorded in ``repaint_ms``.
+"""
 
 from __future__ import annotations
 
-import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import QFrame, QGridLayout, QGroupBox, QLabel, QSizePolicy, QVBoxLayout, QWidget
+import time
+import html
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..engine.memory import MemoryReport
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QLabel,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..fmt import format_bytes
 from ..speculative.stats import Stats
+
+if TYPE_CHECKING:  # a type only; the front ends reach the engine's types through the session
+    from ..session.core import MemoryReport
 
 pg.setConfigOptions(antialias=True, background="w", foreground="#495057")
 
 GREEN = "#2b8a3e"
 BLUE = "#1c7ed6"
 GREY = "#868e96"
+REPAINT_MS = 80  # live figures are shown at most this often (and at the end)
+# The charts follow every sixth repaint (about twice a second): measured offscreen,
+# painting the two plots was over half the panel's Qt-thread time at every third.
+CHART_EVERY = 6
+VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
 
 
-def fmt_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "n/a"
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    return f"{n / 2**10:.0f} KiB"
+# One helper for sizes (kept under this name for the views that import it from here).
+
+
+def decisions_text(st: Stats, top: int = 3) -> str:
+    """Why the steps drafted or did not: the most frequent kinds of decision."""
+    if not st.decisions:
+        return ""
+    ranked = sorted(st.decisions.items(), key=lambda kv: -kv[1])[:top]
+    return "why: " + " · ".join(f"{k} ×{n}" for k, n in ranked)
+
+
+def slower_reason(st: Stats) -> str:
+    """Why an answer ran slower than target alone, from its own statistics."""
+    if not st.drafted:
+        return "though nothing was drafted (the machine was busier than when the reference was taken)"
+    if st.decode_seconds and st.draft_seconds / st.decode_seconds > 0.25:
+        return f"draft cost: the draft model took {100 * st.draft_seconds / st.decode_seconds:.0f}% of the time"
+    if st.acceptance_rate is not None and st.acceptance_rate < 0.5:
+        return f"acceptance: only {100 * st.acceptance_rate:.0f}% of drafted tokens were kept"
+    return "verify cost: checking a batch of drafted tokens costs nearly as much as generating them one by one here"
 
 
 class ShareBar(QWidget):
@@ -40,7 +81,7 @@ class ShareBar(QWidget):
         self._parts = parts
         self.update()
 
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def paintEvent(self, event) -> None:
         p = QPainter(self)
         r = self.rect().adjusted(0, 0, -1, -1)
         p.setPen(QColor("#ced4da"))
@@ -72,7 +113,8 @@ class Metric(QWidget):
         self.setToolTip(tip)
 
     def set(self, text: str) -> None:
-        self.value.setText(text)
+        if text != self.value.text():
+            self.value.setText(text)
 
 
 class StatsPanel(QFrame):
@@ -87,7 +129,8 @@ class StatsPanel(QFrame):
         self.verdict = QLabel("No answer yet.")
         self.verdict.setObjectName("verdict")
         self.verdict.setWordWrap(True)
-        self.verdict.setStyleSheet("padding: 6px; border-radius: 4px; background: #f1f3f5;")
+        self._verdict_bg = "#f1f3f5"
+        self.verdict.setStyleSheet(VERDICT_STYLE.format(self._verdict_bg))
         lay.addWidget(self.verdict)
 
         grid = QGridLayout()
@@ -108,6 +151,17 @@ class StatsPanel(QFrame):
         self.time_split.setStyleSheet("color:#495057; font-size: 11px;")
         self.time_split.setWordWrap(True)
         lay.addWidget(self.time_split)
+        # why the controller drafted or did not (auto's decisions, counted over the answer)
+        self.decisions = QLabel("")
+        self.decisions.setObjectName("decisions")
+        self.decisions.setStyleSheet("color:#495057; font-size: 11px;")
+        self.decisions.setWordWrap(True)
+        self.decisions.setToolTip(
+            "Why each step drafted or not: 'bound<1' = even a draft that is always right cannot pay at the costs "
+            "measured here; 'catch-up too dear' = the draft would first have to catch up on more than it could win; "
+            "'probe' = a try to measure; 'by cost model' = the draft length with the best predicted speed."
+        )
+        lay.addWidget(self.decisions)
 
         # tokens/s over the answer
         self.speed_plot = pg.PlotWidget()
@@ -118,7 +172,7 @@ class StatsPanel(QFrame):
         self.speed_plot.showGrid(x=True, y=True, alpha=0.2)
         self.speed_plot.setMouseEnabled(x=False, y=False)
         self.speed_plot.hideButtons()
-        self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(BLUE, width=2), name="this answer")
+        self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(BLUE, width=2), name="this answer", antialias=False)
         self.ref_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(GREY, width=1.5, style=Qt.PenStyle.DashLine),
                                         label="target alone {value:.1f}", labelOpts={"position": 0.15, "color": GREY})
         self.ref_line.setVisible(False)
@@ -153,18 +207,32 @@ class StatsPanel(QFrame):
         self.mem_rss.setObjectName("memRss")
         self.mem_vram = QLabel("VRAM: –")
         self.mem_vram.setObjectName("memVram")
-        for w in (self.mem_target, self.mem_draft, self.share, self.mem_share, self.mem_rss, self.mem_vram):
+        self.mem_devices = QLabel("devices: –")
+        self.mem_devices.setObjectName("memDevices")
+        for w in (self.mem_target, self.mem_draft, self.share, self.mem_share, self.mem_rss, self.mem_vram, self.mem_devices):
             ml.addWidget(w)
-        for w in (self.mem_target, self.mem_draft, self.mem_share, self.mem_rss, self.mem_vram):
+        for w in (self.mem_target, self.mem_draft, self.mem_share, self.mem_rss, self.mem_vram, self.mem_devices):
             w.setWordWrap(True)
             w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         lay.addWidget(mem)
         lay.addStretch(1)
 
         self._reference: float | None = None
+        self._reference_how = "measured"
         self._xs: list[float] = []
         self._ys: list[float] = []
         self._stats: Stats | None = None
+        self._shown: tuple[int, bool] | None = None  # the statistics on screen (id, live)
+        self._live = True
+        self._flushes = 0
+        self._charted = 0  # chart points on screen
+        self._bars: tuple = ()
+        self._pos_range: float | None = None
+        self._repaint = QTimer(self)
+        self._repaint.setSingleShot(True)
+        self._repaint.setInterval(REPAINT_MS)
+        self._repaint.timeout.connect(self.flush)
+        self.repaint_ms: deque[float] = deque(maxlen=4096)  # Qt-thread milliseconds per flush
         self._empty_ranges()
 
     def _empty_ranges(self) -> None:
@@ -176,14 +244,25 @@ class StatsPanel(QFrame):
     # -- updates ---------------------------------------------------------------------
 
     def reset(self) -> None:
+        self._repaint.stop()
         self._xs, self._ys = [], []
         self._stats = None
+        self._shown = None
+        self._flushes = 0
+        self._charted = 0
+        self._bars = ()
         self.speed_curve.setData([], [])
         self._empty_ranges()
+        self._pos_range = None
+        self.decisions.setText("")
         self.verdict.setText("Generating…")
 
-    def set_reference(self, tokens_per_second: float | None) -> None:
+    def set_reference(self, tokens_per_second: float | None, how: str = "measured") -> None:
+        """Target alone's speed for the verdict and the chart's line: ``how`` is
+        "measured" (a comparison or a plain answer) or "estimated" (from the single
+        target steps this session timed)."""
         self._reference = tokens_per_second
+        self._reference_how = how
         if tokens_per_second:
             # visible first: pyqtgraph's line label only re-formats while shown
             self.ref_line.setVisible(True)
@@ -197,7 +276,30 @@ class StatsPanel(QFrame):
         return self._reference
 
     def update_stats(self, st: Stats, live: bool = True) -> None:
+        """Live statistics of one step are shown at the next repaint; final ones
+        (``live=False``) at once."""
         self._stats = st
+        self._live = live
+        tps = st.tokens_per_second
+        if tps is not None and live:
+            self._xs.append(st.generated)
+            self._ys.append(tps)
+        if live:
+            if not self._repaint.isActive():
+                self._repaint.start()
+        else:
+            self.flush()
+
+    def flush(self) -> None:
+        """Show the latest statistics (and, every CHART_EVERY repaints or at the end,
+        the charts)."""
+        self._repaint.stop()
+        st, live = self._stats, self._live
+        if st is None or self._shown == (id(st), live):
+            return
+        t0 = time.perf_counter()
+        self._shown = (id(st), live)
+        self._flushes += 1
         ar = st.acceptance_rate
         self.m_accept.set("–" if ar is None else f"{100 * ar:.0f}%")
         mal = st.mean_accepted_length
@@ -214,19 +316,30 @@ class StatsPanel(QFrame):
                 f" + other {max(0.0, st.decode_seconds - st.draft_seconds - st.verify_seconds):.2f} s"
                 f" · Python overhead {100 * (st.overhead_share or 0):.1f}%"
             )
-        if tps is not None and live:
-            self._xs.append(st.generated)
-            self._ys.append(tps)
+        why = decisions_text(st)
+        if why != self.decisions.text():
+            self.decisions.setText(why)
+        if not live or self._flushes % CHART_EVERY == 1:
+            self._update_charts(st)
+        self._update_verdict(live)
+        self.repaint_ms.append((time.perf_counter() - t0) * 1000.0)
+
+    def _update_charts(self, st: Stats) -> None:
+        if len(self._xs) != self._charted:
+            first = self._charted == 0
+            self._charted = len(self._xs)
             self.speed_curve.setData(self._xs, self._ys)
-            if len(self._xs) == 1:
+            if first:
                 self.speed_plot.enableAutoRange()
         rates = st.acceptance_per_position
         xs = [i + 1 for i, r in enumerate(rates) if r is not None]
         hs = [r for r in rates if r is not None]
-        self.pos_bars.setOpts(x=xs, height=hs, width=0.7)
-        if xs:
-            self.pos_plot.setXRange(0.4, max(xs) + 0.6, padding=0)
-        self._update_verdict(live)
+        if (xs, hs) != self._bars:
+            self._bars = (xs, hs)
+            self.pos_bars.setOpts(x=xs, height=hs, width=0.7)
+            if xs and max(xs) != self._pos_range:
+                self._pos_range = max(xs)
+                self.pos_plot.setXRange(0.4, max(xs) + 0.6, padding=0)
 
     def _update_verdict(self, live: bool) -> None:
         st = self._stats
@@ -236,29 +349,44 @@ class StatsPanel(QFrame):
         prefix = "So far: " if live else ""
         if self._reference:
             ratio = tps / self._reference
+            ref = (f" (target alone {self._reference:.1f} tok/s, "
+                   + ("measured)" if self._reference_how == "measured" else "estimated from this session's target steps)"))
             if ratio >= 1.05:
-                text, bg = f"{prefix}{ratio:.2f}× target alone — speculation pays here.", "#d3f9d8"
+                text, bg = f"{prefix}{ratio:.2f}× target alone — speculation pays here.{ref}", "#d3f9d8"
             elif ratio >= 0.95:
-                text, bg = f"{prefix}{ratio:.2f}× target alone — about even.", "#fff3bf"
+                text, bg = f"{prefix}{ratio:.2f}× target alone — about even.{ref}", "#fff3bf"
             else:
-                text, bg = f"{prefix}{ratio:.2f}× target alone — speculation slows this machine down.", "#ffe3e3"
+                text, bg = (f"{prefix}{ratio:.2f}× target alone — slower, {slower_reason(st)}.{ref}", "#ffe3e3")
         else:
             text, bg = f"{prefix}{tps:.1f} tok/s. No target-alone reference yet: run a comparison.", "#f1f3f5"
-        self.verdict.setText(text)
-        self.verdict.setStyleSheet(f"padding: 6px; border-radius: 4px; background: {bg};")
+        if text != self.verdict.text():
+            self.verdict.setText(text)
+        if bg != self._verdict_bg:  # a style sheet re-polishes the widget: only on a change
+            self._verdict_bg = bg
+            self.verdict.setStyleSheet(VERDICT_STYLE.format(bg))
+
+    def set_devices(self, devices: Sequence, gpu_offload: bool) -> None:
+        """The devices llama.cpp can use (every backend: CUDA, Vulkan, Metal, HIP, RPC), with their memory."""
+        lines = [f"{html.escape(d.name)} ({d.kind}): {format_bytes(d.free_bytes)} free of {format_bytes(d.total_bytes)}"
+                 for d in devices]
+        text = "devices: " + ("; ".join(lines) if lines else "none reported")
+        if not gpu_offload:
+            text += " · this llama.cpp has no GPU backend: GPU layers have no effect"
+        self.mem_devices.setText(text)
+        self.mem_devices.setToolTip("\n".join(f"{d.name}: {d.description} ({d.backend})" for d in devices))
 
     def set_memory(self, rep: MemoryReport) -> None:
         t, d = rep.model("target"), rep.model("draft")
         def line(m) -> str:
-            parts = [f"weights {fmt_bytes(m.weights_bytes)}"]
+            parts = [f"weights {format_bytes(m.weights_bytes)}"]
             if m.repack_bytes:
-                parts.append(f"repacked {fmt_bytes(m.repack_bytes)}")
-            parts.append(f"KV {fmt_bytes(m.kv_bytes)} ({m.n_ctx} ctx)")
+                parts.append(f"repacked {format_bytes(m.repack_bytes)}")
+            parts.append(f"KV {format_bytes(m.kv_bytes)} ({m.n_ctx} ctx)")
             if m.compute_bytes:
-                parts.append(f"compute {fmt_bytes(m.compute_bytes)}")
+                parts.append(f"compute {format_bytes(m.compute_bytes)}")
             text = " + ".join(parts)
             if m.vram_bytes:
-                text += f"; {fmt_bytes(m.vram_bytes)} of it on the GPU"
+                text += f"; {format_bytes(m.vram_bytes)} of it on the GPU"
             return text
 
         if t:
@@ -277,11 +405,11 @@ class StatsPanel(QFrame):
             parts.append((d.total_bytes, GREEN))
         self.share.set_parts(parts)
         share = rep.draft_share
-        self.mem_share.setText("" if share is None else f"the draft adds {fmt_bytes(d.total_bytes)}: {100 * share:.0f}% of the models' memory")
-        self.mem_rss.setText(f"process RSS: {fmt_bytes(rep.rss_bytes)}")
+        self.mem_share.setText("" if share is None else f"the draft adds {format_bytes(d.total_bytes)}: {100 * share:.0f}% of the models' memory")
+        self.mem_rss.setText(f"process RSS: {format_bytes(rep.rss_bytes)}")
         if rep.gpus:
             g = rep.gpus[0]
-            mine = f", this process {fmt_bytes(g.process_bytes)}" if g.process_bytes is not None else ""
-            self.mem_vram.setText(f"VRAM ({g.name}): {fmt_bytes(g.used_bytes)} / {fmt_bytes(g.total_bytes)}{mine}")
+            mine = f", this process {format_bytes(g.process_bytes)}" if g.process_bytes is not None else ""
+            self.mem_vram.setText(f"VRAM ({g.name}): {format_bytes(g.used_bytes)} / {format_bytes(g.total_bytes)}{mine}")
         else:
             self.mem_vram.setText("VRAM: no GPU" if rep.gpu_status == "no NVIDIA GPU" else f"VRAM: {rep.gpu_status}")

@@ -40,9 +40,16 @@ class Task(QThread):
     failed = Signal(str)
     was_cancelled = Signal()
 
-    def __init__(self, fn: Callable[["Task"], Any], name: str = "task", parent=None) -> None:
+    def __init__(self, fn: Callable[["Task"], Any], name: str = "task", parent=None,
+                 keep_result_on_cancel: bool = False) -> None:
+        """``keep_result_on_cancel``: a cancelled run still reports its result through
+        ``succeeded`` (a stopped answer keeps what it wrote). Otherwise cancelling is
+        final: only ``was_cancelled`` is emitted, and a result that holds resources
+        (anything with ``close()``, e.g. a Session loaded just as Cancel was pressed)
+        is closed instead of being handed over."""
         super().__init__(parent)
         self._fn = fn
+        self.keep_result_on_cancel = keep_result_on_cancel
         self._cancel = threading.Event()
         self.name = name
         self.setObjectName(name)
@@ -88,9 +95,21 @@ class Task(QThread):
             self.error = f"unexpected error in {self.name}: {type(e).__name__}: {e}"
             self.failed.emit(self.error)
             return
-        if self._cancel.is_set():
+        if self._cancel.is_set() and not self.keep_result_on_cancel:
+            self._discard(self.result)
+            self.result = None
             self.was_cancelled.emit()
+            return
         self.succeeded.emit(self.result)
+
+    @staticmethod
+    def _discard(result: Any) -> None:
+        close = getattr(result, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - freeing a result nobody wants must not fail the task
+                log.exception("could not close a cancelled task's result")
 
     # -- called from the Qt thread -----------------------------------------------------
 

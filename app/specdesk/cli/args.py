@@ -1,0 +1,159 @@
+"""argparse for every command: one-line errors, typed values, the shared option groups,
+and turning parsed options into the session's specs and configs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import ModelFileError, SpecDeskError
+from ..library.defaults import default_models
+from ..session import PROPOSERS, GenerationConfig, ModelSpec, Session, gpu_layers_note
+from ..speculative.sampling import SamplingParams
+from .output import EXIT_USAGE
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (no usage dump) and exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(name: str):
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {v!r}") from None
+        if n <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {n}")
+        return n
+
+    return parse
+
+
+def non_negative_int(name: str):
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {v!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {n}")
+        return n
+
+    return parse
+
+
+def draft_length(v: str) -> int | str:
+    if v == "auto":
+        return "auto"
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k must be a positive integer or 'auto', got {v!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"k must be a positive integer or 'auto', got {n}")
+    return n
+
+
+def float_in(name: str, lo: float, hi: float | None, lo_open: bool = False, hi_open: bool = False):
+    def parse(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {v!r}") from None
+        bad = x != x or (x <= lo if lo_open else x < lo) or (hi is not None and (x >= hi if hi_open else x > hi))
+        if bad:
+            rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}{')' if hi_open or hi is None else ']'}"
+            raise argparse.ArgumentTypeError(f"{name} must be in {rng}, got {v}")
+        return x
+
+    return parse
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--target", type=Path, help="target GGUF (default: the default pair's target in models/)")
+    g.add_argument("--draft", type=Path, help="draft GGUF (default: the default pair's draft in models/)")
+    g.add_argument("--ctx", type=positive_int("context size"), default=4096, help="context size in tokens (default 4096)")
+    g.add_argument("--threads", type=positive_int("threads"), default=None, help="CPU threads (default: physical cores)")
+    g.add_argument("--gpu-layers", type=non_negative_int("GPU layers"), default=0, help="target layers to offload to the GPU")
+    g.add_argument("--draft-gpu-layers", type=non_negative_int("draft GPU layers"), default=None,
+                   help="draft layers to offload (default: same as --gpu-layers)")
+
+
+def add_generation_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", required=True, help="the prompt (chat-formatted with the target's template unless --raw)")
+    g.add_argument("--raw", action="store_true", help="plain completion: no chat template")
+    g.add_argument("--proposer", choices=list(PROPOSERS), default="draft")
+    g.add_argument("--k", type=draft_length, default="auto", help="draft length: a positive integer or 'auto' (default)")
+    g.add_argument("--p-min", type=float_in("p-min", 0.0, 1.0, hi_open=True), default=0.75,
+                   help="stop drafting when the draft's top probability is below this (default 0.75)")
+    g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0, help="temperature, 0 = greedy (default)")
+    g.add_argument("--top-k", type=non_negative_int("top-k"), default=0, help="top-k, 0 = off")
+    g.add_argument("--top-p", type=float_in("top-p", 0.0, 1.0, lo_open=True), default=1.0, help="top-p, 1 = off")
+    g.add_argument("--min-p", type=float_in("min-p", 0.0, 1.0, hi_open=True), default=0.0, help="min-p, 0 = off")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-tokens", type=positive_int("max tokens"), default=256)
+    g.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+
+def default_model_path(role: str) -> Path:
+    m = default_models([role])[0]
+    if not m.path.is_file():
+        raise ModelFileError(
+            f"the default {role} ({m.file}) is not in {m.path.parent}; run `specdesk models fetch-default` or pass --{role}"
+        )
+    return m.path
+
+
+def warn_gpu_layers(n_gpu_layers: int) -> None:
+    """GPU layers on a build that cannot offload are said to do nothing, not silently ignored."""
+    note = gpu_layers_note(n_gpu_layers)
+    if note:
+        print(f"specdesk: warning: {note}", file=sys.stderr)
+
+
+def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None]:
+    warn_gpu_layers(max(args.gpu_layers, args.draft_gpu_layers or 0))
+    target = args.target or default_model_path("target")
+    t = ModelSpec(target, n_gpu_layers=args.gpu_layers, threads=args.threads, n_ctx=args.ctx)
+    if not need_draft:
+        return t, None
+    draft = args.draft or default_model_path("draft")
+    dgl = args.gpu_layers if args.draft_gpu_layers is None else args.draft_gpu_layers
+    return t, ModelSpec(draft, n_gpu_layers=dgl, threads=args.threads, n_ctx=args.ctx)
+
+
+def load_session(args, need_draft: bool) -> Session:
+    t, d = specs_from_args(args, need_draft=need_draft)
+    return Session.load(t, d)
+
+
+def config_from_args(args, **over) -> GenerationConfig:
+    try:
+        sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    except ValueError as e:
+        raise SpecDeskError(str(e)) from None
+    cfg = GenerationConfig(
+        proposer=args.proposer,
+        k=args.k,
+        p_min=args.p_min,
+        sampling=sampling,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+    )
+    return replace(cfg, **over) if over else cfg
+
+
+def prompt_tokens(session: Session, args) -> list[int]:
+    if not args.prompt.strip():
+        raise SpecDeskError("the prompt is empty")
+    if args.raw:
+        return session.raw_prompt(args.prompt)
+    return session.chat_prompt([{"role": "user", "content": args.prompt}])

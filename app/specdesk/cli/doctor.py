@@ -1,0 +1,93 @@
+"""``specdesk doctor``: what this machine and this install give SpecDesk to work with."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import psutil
+
+from .. import __version__
+from ..fmt import format_bytes
+from ..library.defaults import default_models, is_present
+from ..library.discovery import scan
+from ..paths import models_dir, user_cache_dir, user_data_dir
+from ..session import backends, build_info, devices, gpu_build_hint, supports_gpu_offload
+from .output import dump_json
+
+
+def add_parser(sub) -> None:
+    d = sub.add_parser("doctor", help="the llama.cpp build, devices and memory, models and folders: what SpecDesk can use here")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--no-scan", action="store_true", help="skip the library scan (models found)")
+
+
+def report(scan_library: bool = True) -> dict:
+    info = build_info()
+    offload = supports_gpu_offload()
+    devs = devices()
+    vm = psutil.virtual_memory()
+    out: dict = {
+        "specdesk": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "llama_cpp": {
+            "llama_cpp_python": info["llama_cpp_python"],
+            "library": info["library"],
+            "backends": backends(),
+            "cpu_features": [f.split("=")[0].split(":")[-1].strip() for f in info["system_info"].split("|")
+                             if f.strip().endswith("= 1")],
+            "system_info": info["system_info"],
+        },
+        "devices": [d.to_dict() for d in devs],
+        "gpu_offload": {
+            "supported": offload,
+            "gpu_layers_effect": "layers offload to the GPU devices above" if offload and any(d.is_gpu for d in devs) else
+            "none: this llama.cpp has no GPU backend, so --gpu-layers and the app's GPU layers are ignored",
+            "fix": None if offload else gpu_build_hint(),
+        },
+        "ram": {"total_bytes": vm.total, "available_bytes": vm.available},
+        "folders": {"models": str(models_dir()), "data": str(user_data_dir()), "cache": str(user_cache_dir())},
+        "default_pair": [
+            {"role": m.role, "file": m.file, "path": str(m.path), "present": m.path.is_file(),
+             "verified": is_present(m)} for m in default_models(["target", "draft"])
+        ],
+    }
+    if scan_library:
+        lib = scan()
+        out["models"] = [{"name": e.name, "path": str(e.path), "size_bytes": e.size, "usable": e.valid,
+                          "sources": list(e.sources), "error": e.error} for e in lib.entries if e.present]
+    return out
+
+
+def _text(r: dict) -> str:
+    lc = r["llama_cpp"]
+    lines = [
+        f"specdesk {r['specdesk']} on Python {r['python']}, {r['platform']}",
+        f"llama.cpp: llama-cpp-python {lc['llama_cpp_python']}, backends {', '.join(lc['backends'])}",
+        f"  CPU features: {' '.join(lc['cpu_features']) or '-'}",
+        "devices:",
+    ]
+    for d in r["devices"]:
+        lines.append(f"  {d['name']:<12} {d['kind']:<11} {format_bytes(d['free_bytes'])} free of "
+                     f"{format_bytes(d['total_bytes'])}  ({d['description']})")
+    g = r["gpu_offload"]
+    lines.append(f"GPU offload: {'yes' if g['supported'] else 'no'}: {g['gpu_layers_effect']}")
+    if g["fix"]:
+        lines.append(f"  to offload: {g['fix']}")
+    lines.append(f"RAM: {format_bytes(r['ram']['available_bytes'])} free of {format_bytes(r['ram']['total_bytes'])}")
+    for m in r["default_pair"]:
+        state = "verified" if m["verified"] else ("present, not verified" if m["present"] else "missing: specdesk models fetch-default")
+        lines.append(f"default {m['role']}: {m['file']}: {state}")
+    if "models" in r:
+        usable = sum(1 for m in r["models"] if m["usable"])
+        lines.append(f"models found: {len(r['models'])} ({usable} usable; specdesk models list shows them)")
+    for k, v in r["folders"].items():
+        lines.append(f"{k} folder: {v}")
+    return "\n".join(lines)
+
+
+def cmd_doctor(args) -> int:
+    r = report(scan_library=not args.no_scan)
+    print(dump_json(r) if args.json else _text(r))
+    return 0

@@ -1,0 +1,38 @@
+"""The Python API the CLI, the benchmarks and the app share: load a pair, stream a
+generation step by step, cancel between steps, read statistics and memory.
+
+    from specdesk.session import GenerationConfig, ModelSpec, Session
+
+    with Session.load(ModelSpec("target.gguf"), ModelSpec("draft.gguf")) as s:
+        prompt = s.chat_prompt([{"role": "user", "content": "Write a haiku"}])
+        for step in s.generate(prompt, GenerationConfig(proposer="draft", k="auto")):
+            print(step.text, end="", flush=True)
+        print(step.stats.acceptance_rate, step.stats.tokens_per_second)
+        print(s.memory().to_dict())
+"""
+
+from .compare import Comparison, compare
+from .config import DRAFT_MODEL_PROPOSERS, LOOKUP_PROPOSERS, PROPOSERS, GenerationConfig, ModelSpec, needs_draft_model
+from .core import Generation, LoadedModel, LoadProgress, Session, check_model_file
+from .runtime import (
+    Device,
+    MemoryReport,
+    backends,
+    build_info,
+    default_threads,
+    devices,
+    gpu_build_hint,
+    gpu_layers_note,
+    gpu_memory,
+    repack_types,
+    rss_bytes,
+    supports_gpu_offload,
+)
+
+__all__ = [
+    "Comparison", "compare",
+    "DRAFT_MODEL_PROPOSERS", "LOOKUP_PROPOSERS", "PROPOSERS", "GenerationConfig", "ModelSpec", "needs_draft_model",
+    "Generation", "LoadedModel", "LoadProgress", "Session", "check_model_file",
+    "Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint", "gpu_layers_note",
+    "gpu_memory", "repack_types", "rss_bytes", "supports_gpu_offload",
+]

@@ -1,0 +1,66 @@
+"""What to load and how to generate: the settings every front end fills in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SpecDeskError
+from ..speculative.sampling import SamplingParams
+
+#: Every proposer, in the order the CLI and the app offer them.
+PROPOSERS = ("draft", "ngram", "hybrid", "none")
+#: The proposers that run a draft model (the rest need only the target).
+DRAFT_MODEL_PROPOSERS = ("draft", "hybrid")
+#: The proposers that work without a draft model.
+LOOKUP_PROPOSERS = tuple(p for p in PROPOSERS if p not in DRAFT_MODEL_PROPOSERS)
+
+
+def needs_draft_model(proposer: str) -> bool:
+    """Whether ``proposer`` (a name from PROPOSERS) runs a draft model."""
+    return proposer in DRAFT_MODEL_PROPOSERS
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: Path
+    n_gpu_layers: int = 0
+    threads: int | None = None
+    n_ctx: int = 4096
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser())
+        if self.n_ctx <= 0:
+            raise SpecDeskError(f"context size must be positive, got {self.n_ctx}")
+        if self.threads is not None and self.threads <= 0:
+            raise SpecDeskError(f"threads must be positive, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    proposer: str = "draft"
+    k: int | str = "auto"
+    p_min: float = 0.75
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.proposer not in PROPOSERS:
+            raise SpecDeskError(f"unknown proposer {self.proposer!r}: choose one of {', '.join(PROPOSERS)}")
+        if self.k != "auto":
+            if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k <= 0:
+                raise SpecDeskError(f"k must be a positive integer or 'auto', got {self.k!r}")
+        if not 0.0 <= self.p_min < 1.0:
+            raise SpecDeskError(f"p-min must be in [0, 1), got {self.p_min}")
+        if self.max_tokens <= 0:
+            raise SpecDeskError(f"max tokens must be positive, got {self.max_tokens}")
+
+    @property
+    def needs_draft(self) -> bool:
+        return needs_draft_model(self.proposer)
+
+    def describe(self) -> str:
+        if self.proposer == "none":
+            return "none"
+        return f"{self.proposer}:k={self.k}"

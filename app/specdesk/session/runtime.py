@@ -1,0 +1,31 @@
+"""What the front ends may ask of the installed llama.cpp without loading a model.
+
+The CLI and the app go through the session for everything llama.cpp knows; this
+module names the facts about the build and the machine that they show or use."""
+
+from __future__ import annotations
+
+from ..engine.build import build_info
+from ..engine.devices import Device, backends, devices
+from ..engine.memory import MemoryReport, gpu_memory, rss_bytes
+from ..engine.model import default_threads, repack_types, supports_gpu_offload
+
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+
+
+def gpu_build_hint() -> str:
+    """One line: how to install a llama.cpp that can offload to a GPU."""
+    return ("reinstall llama-cpp-python with a GPU backend, e.g. CMAKE_ARGS=\"-DGGML_CUDA=on\" "
+            f".venv/bin/pip install --force-reinstall --no-cache-dir {LLAMA_CPP_PYTHON} "
+            "(-DGGML_VULKAN=on, -DGGML_METAL=on or -DGGML_HIP=on for other GPUs)")
+
+
+def gpu_layers_note(n_gpu_layers: int) -> str | None:
+    """Why ``n_gpu_layers`` has no effect on this build, or None when it has one."""
+    if n_gpu_layers <= 0 or supports_gpu_offload():
+        return None
+    return f"this llama.cpp was built without GPU support, so {n_gpu_layers} GPU layers have no effect: {gpu_build_hint()}"
+
+
+__all__ = ["Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint",
+           "gpu_layers_note", "gpu_memory", "repack_types", "rss_bytes", "supports_gpu_offload"]

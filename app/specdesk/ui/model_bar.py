@@ -1,0 +1,136 @@
+"""The bar across the top: which target and draft, Load, and Settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QToolBar, QWidget
+
+#: A combo shows about this many characters of a model's name; the rest is elided
+#: (the whole name and path are in its tooltip), so the bar fits a laptop screen.
+NAME_CHARS = 22
+
+
+def _combo(name: str) -> QComboBox:
+    c = QComboBox()
+    c.setObjectName(name)
+    c.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    c.setMinimumContentsLength(NAME_CHARS)
+    c.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+    c.view().setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    return c
+
+
+class ModelBar(QToolBar):
+    open_requested = Signal(str)  # "target" | "draft"
+    load_requested = Signal()
+    target_picked = Signal(object)  # Path | None: chosen in the combo, not loaded yet
+    settings_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Models", parent)
+        self.setObjectName("modelBar")
+        self.setMovable(False)
+        self.addWidget(QLabel(" Target "))
+        self.target_combo = _combo("targetCombo")
+        self.target_combo.currentIndexChanged.connect(lambda _i: self.target_picked.emit(self.path_of(self.target_combo)))
+        self.addWidget(self.target_combo)
+        self.open_target_btn = QPushButton("Open…")
+        self.open_target_btn.setToolTip("Open a target GGUF file")
+        self.open_target_btn.clicked.connect(lambda: self.open_requested.emit("target"))
+        self.addWidget(self.open_target_btn)
+        self.addSeparator()
+        self.addWidget(QLabel(" Draft "))
+        self.draft_combo = _combo("draftCombo")
+        self.addWidget(self.draft_combo)
+        self.open_draft_btn = QPushButton("Open…")
+        self.open_draft_btn.setToolTip("Open a draft GGUF file (it must share the target's vocabulary)")
+        self.open_draft_btn.clicked.connect(lambda: self.open_requested.emit("draft"))
+        self.addWidget(self.open_draft_btn)
+        self.load_btn = QPushButton("Load")
+        self.load_btn.setObjectName("loadButton")
+        self.load_btn.setToolTip("Check the pair, estimate its memory, and load it")
+        self.load_btn.clicked.connect(self.load_requested)
+        self.addWidget(self.load_btn)
+        self.model_info = QLabel("")
+        self.model_info.setObjectName("modelInfo")
+        self.model_info.setStyleSheet("color:#495057; padding-left:8px;")
+        self.model_info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.model_info.setMinimumWidth(40)
+        self.addWidget(self.model_info)
+        spacer = QWidget()
+        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.addWidget(spacer)
+        self.settings_btn = QPushButton("Settings…")
+        self.settings_btn.setObjectName("settingsButton")
+        self.settings_btn.setToolTip("Generation and loading settings (Ctrl+,)")
+        self.settings_btn.clicked.connect(self.settings_requested)
+        self.addWidget(self.settings_btn)
+
+    @staticmethod
+    def path_of(combo: QComboBox) -> Path | None:
+        v = combo.currentData()
+        return Path(v) if v else None
+
+    def set_info(self, text: str, tooltip: str = "") -> None:
+        self.model_info.setText(text)
+        self.model_info.setToolTip(tooltip or text)
+
+    def populate(self, models: Sequence[Path], name_of: Callable[[Path], str], target: Path | None,
+                 draft: Path | None, picked: Path | None, pairing: Sequence) -> None:
+        """Fill both combos. The target combo lists every usable model; the draft combo
+        lists compatible drafts first (smallest first), then the models not checked yet,
+        then the incompatible ones greyed out with llama.cpp's reason."""
+        combo = self.target_combo
+        combo.blockSignals(True)
+        combo.clear()
+        for p in models:
+            combo.addItem(name_of(p), str(p))
+            combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
+        if target is not None:
+            i = combo.findData(str(target.resolve()))
+            if i < 0:
+                combo.addItem(target.name, str(target.resolve()))
+                i = combo.count() - 1
+            combo.setCurrentIndex(i)
+        i = combo.findData(str(picked)) if picked is not None else -1
+        if i >= 0:
+            combo.setCurrentIndex(i)
+        combo.blockSignals(False)
+
+        combo = self.draft_combo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("(no draft: n-gram or target alone)", None)
+        checked = {c.path.resolve() for c in pairing}
+        ordered = [c.path.resolve() for c in pairing if c.compatible]
+        ordered += [p for p in models if p not in ordered and p not in checked]
+        for p in ordered:
+            if target is not None and p == target.resolve():
+                continue
+            combo.addItem(name_of(p), str(p))
+            tip = "compatible: shares the target's vocabulary" if pairing else str(p)
+            combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        model = combo.model()
+        for c in pairing:
+            if c.compatible:
+                continue
+            short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
+            combo.addItem(f"{name_of(c.path)} — {short}", str(c.path.resolve()))
+            idx = combo.count() - 1
+            combo.setItemData(idx, f"cannot draft for this target: {c.reason}", Qt.ItemDataRole.ToolTipRole)
+            item = model.item(idx)
+            if item is not None:
+                item.setEnabled(False)
+        if draft is not None:
+            i = combo.findData(str(draft.resolve()))
+            if i < 0:
+                combo.addItem(draft.name, str(draft.resolve()))
+                i = combo.count() - 1
+            combo.setCurrentIndex(i)
+        combo.blockSignals(False)
+
+    def mark_incompatible(self, reason: str) -> None:
+        self.draft_combo.setItemData(self.draft_combo.currentIndex(), f"incompatible: {reason}", Qt.ItemDataRole.ToolTipRole)

@@ -1,0 +1,27 @@
+"""The chat's verdict needs target alone's speed before any comparison: it is
+estimated from the single target steps the session timed (1 / the cost of a verify
+batch of one). Held here against target alone measured on the same prompt.
+
+Both figures come from the same run (the comparison's baseline re-teaches a fresh
+controller), so what is checked is the estimate's arithmetic, that the time outside
+the target's steps is small, and not how busy the machine was between two runs."""
+
+from __future__ import annotations
+
+from specdesk.session import GenerationConfig, ModelSpec, Session, compare
+from specdesk.speculative.controller import AutoK
+
+PROMPT = "List five rivers of Europe, one per line, with their length."
+
+
+def test_the_estimated_reference_is_within_15_percent_of_a_measured_comparison(smol_path):
+    with Session.load(ModelSpec(smol_path, n_ctx=1024), remember_costs=False) as s:
+        prompt = s.chat_prompt([{"role": "user", "content": PROMPT}])
+        # an ordinary answer first: before any comparison, its steps give an estimate
+        s.run(prompt, GenerationConfig(proposer="ngram", max_tokens=64))
+        assert s.auto.costs.verify_cost(1)
+        s.auto = AutoK()  # what the baseline below times, and nothing else
+        res = compare(s, prompt, GenerationConfig(proposer="ngram", max_tokens=64))
+        estimate = 1.0 / s.auto.costs.verify_cost(1)
+        measured = res.baseline.stats.tokens_per_second
+        assert measured and abs(estimate / measured - 1.0) <= 0.15, (estimate, measured)
