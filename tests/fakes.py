@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+from specdesk.errors import Cancelled
 from specdesk.speculative.backend import common_prefix_length
 
 
@@ -124,7 +125,9 @@ class FakeBackend:
         out = np.stack(rows)
         return out if all_rows else out[-1:]
 
-    def prefill(self, tokens: Sequence[int], logits: bool = True):
+    def prefill(self, tokens: Sequence[int], logits: bool = True, cancel=None):
+        if cancel is not None and cancel():
+            raise Cancelled("stopped while reading the prompt")
         tokens = list(tokens)
         keep = common_prefix_length(self.history, tokens)
         if logits and keep == len(tokens) and keep > 0:

@@ -60,6 +60,9 @@ def test_compare_json_reports_speedup_and_identity(smol_args):
     if not out["identical"]:
         d = out["divergence"]
         assert d["verdict"] in ("near-tie", "mismatch") and d["margin"] >= 0 and "index" in d
+        assert "drift" in d["explanation"] or d["verdict"] in d["explanation"]
+    # the identity claim comes with its measured boundary
+    assert out["drift"]["by_batch"] and "verify batch" in out["exactness"]
 
 
 def test_compare_prints_side_by_side(smol_args):
@@ -128,3 +131,32 @@ def test_fetch_default_does_nothing_when_files_are_verified():
     r = cli("models", "fetch-default", "--test-model", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "already in place" in r.stderr
+
+
+def test_doctor_json_lists_the_devices_and_says_what_gpu_layers_do():
+    import json
+
+    r = cli("doctor", "--json", "--no-scan", timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    cpu = [x for x in d["devices"] if x["kind"] == "CPU"]
+    assert cpu and cpu[0]["total_bytes"] > 0 and 0 < cpu[0]["free_bytes"] <= cpu[0]["total_bytes"]
+    assert "CPU" in d["llama_cpp"]["backends"] and d["llama_cpp"]["llama_cpp_python"]
+    assert d["ram"]["total_bytes"] > 0 and {"models", "data", "cache"} <= set(d["folders"])
+    assert {m["role"] for m in d["default_pair"]} == {"target", "draft"}
+    g = d["gpu_offload"]
+    if not g["supported"]:  # a CPU-only build (as here): GPU layers are flagged as doing nothing, with the fix
+        assert "ignored" in g["gpu_layers_effect"] and "CMAKE_ARGS" in g["fix"]
+        assert not any(x["is_gpu"] for x in d["devices"])
+
+
+def test_gpu_layers_on_a_cpu_build_are_said_to_do_nothing(smol_path):
+    import json
+
+    r = cli("models", "inspect", smol_path, "--gpu-layers", "8", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    if info["gpu_offload"]:
+        pytest.skip("this llama.cpp can offload to a GPU")
+    assert "no effect" in r.stderr and r.stderr.count("\n") == 1
+    assert info["memory"]["vram_bytes"] == 0  # the estimate follows what llama.cpp will really do

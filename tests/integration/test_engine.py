@@ -114,3 +114,25 @@ def test_size_difference_up_to_128_is_allowed():
     far = VocabInfo(2, 151935 - 128, 1, 2, False, False, text=str)
     res = check_compatible(t, far)
     assert not res and res.rule == "vocab size"
+
+
+def test_stop_between_the_chunks_of_a_long_prompt(smol):
+    """Stop reaches the prompt phase: a prompt longer than a batch stops between
+    chunks, keeps what it read, and a later prefill resumes from there."""
+    from specdesk.errors import Cancelled
+
+    ctx = Context(smol, n_ctx=512, threads=2, n_batch=32)
+    toks = smol.tokenize("The quick brown fox jumps over the lazy dog. " * 12)
+    assert len(toks) > 64
+    calls = []
+
+    def cancel() -> bool:
+        calls.append(1)
+        return len(calls) > 2  # after two chunks
+
+    with pytest.raises(Cancelled):
+        ctx.prefill(toks, cancel=cancel)
+    assert ctx.n_past == 64 and ctx.history == toks[:64]
+    ctx.prefill(toks)
+    assert ctx.last_prefill_evaluated == len(toks) - 64 and ctx.history == toks
+    ctx.close()

@@ -236,3 +236,20 @@ def test_empty_state_without_models(qtbot, tmp_path, monkeypatch):
         assert w.session is None
     finally:
         w.close()
+
+
+def test_the_first_answer_gets_a_verdict_with_an_estimated_reference(qtbot, window, smol_path):
+    """Before any comparison, the verdict compares with target alone's speed estimated
+    from the target steps this session timed, and says so; the About text states the
+    exact claim; the devices are listed in the memory panel."""
+    w = window
+    load(qtbot, w, smol_path, None)
+    w.apply_settings(ChatSettings(proposer="ngram", max_tokens=24))
+    ask(qtbot, w, "Name three colours.")
+    qtbot.waitUntil(lambda: "target alone" in w.stats.verdict.text(), timeout=5_000)
+    text = w.stats.verdict.text()
+    assert "estimated from this session's target steps" in text and "×" in text
+    assert w.stats.reference and w.stats.reference > 0
+    assert "verify batch" in w.about_text()
+    assert "CPU" in w.stats.mem_devices.text()
+    assert w.focusWidget() is w.input  # ready for the next message without a click

@@ -4,6 +4,8 @@ import itertools
 
 import numpy as np
 import pytest
+
+from specdesk.errors import Cancelled
 from fakes import FakeBackend, FakeClock, FakeModel, linear_cost
 from specdesk.speculative.controller import AutoK, FixedK
 from specdesk.speculative.costmodel import CostModel
@@ -137,9 +139,16 @@ def test_context_limit_stops_cleanly():
 def test_cancel_between_steps():
     t, d = pair()
     calls = itertools.count()
-    steps = run(t, DraftModelProposer(d, t.n_vocab, p_min=0.0), FixedK(2), max_tokens=100, cancel=lambda: next(calls) >= 3)
+    # Stop is checked once in the prompt phase (before the prompt's chunk), then before every step
+    steps = run(t, DraftModelProposer(d, t.n_vocab, p_min=0.0), FixedK(2), max_tokens=100, cancel=lambda: next(calls) >= 4)
     assert steps[-1].stop_reason == "cancelled"
     assert len([s for s in steps if s.tokens]) == 3
+
+
+def test_stop_during_the_prompt_raises_cancelled():
+    t, d = pair()
+    with pytest.raises(Cancelled):
+        run(t, DraftModelProposer(d, t.n_vocab, p_min=0.0), FixedK(2), max_tokens=100, cancel=lambda: True)
 
 
 def test_p_min_stops_the_draft_early():

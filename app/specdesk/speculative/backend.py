@@ -6,7 +6,7 @@ and on llama.cpp contexts in the app, through the same code.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -31,10 +31,13 @@ class Backend(Protocol):
     # How many tokens the last prefill evaluated (the rest were reused).
     last_prefill_evaluated: int
 
-    def prefill(self, tokens: Sequence[int], logits: bool = True) -> np.ndarray | None:
+    def prefill(self, tokens: Sequence[int], logits: bool = True,
+                cancel: Callable[[], bool] | None = None) -> np.ndarray | None:
         """Make the context hold exactly ``tokens``, evaluating only what follows the
         longest common prefix with what it holds; return the last position's logits
-        (or None with ``logits=False``, which then evaluates nothing already held)."""
+        (or None with ``logits=False``, which then evaluates nothing already held).
+        ``cancel`` is checked between chunks of a long prompt: when it returns True,
+        ``specdesk.errors.Cancelled`` is raised, with the chunks so far kept."""
 
     def eval(self, tokens: Sequence[int], all_rows: bool = True) -> np.ndarray:
         """Append ``tokens`` at ``n_past``; return logits rows (all of them, or the last)."""

@@ -116,7 +116,7 @@ def speculate(
     # draft model evaluates it too (when it may draft), so that decode time holds
     # only decoding. The draft's prefill also measures its cost per token.
     t0 = now()
-    target.prefill(prompt[:-1], logits=False)
+    target.prefill(prompt[:-1], logits=False, cancel=cancel)  # a long prompt stops between chunks (Cancelled)
     stats.prompt_evaluated = target.last_prefill_evaluated + 1  # the pending token is evaluated in step 1
     room0 = min(max_tokens - 1, target.n_ctx - len(prompt))
     tp = now()

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..session.chatstore import ChatStore, Message
+from .. import __version__
 from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
@@ -44,6 +45,7 @@ from ..paths import models_dir
 from ..session import Generation, ModelSpec, Session, devices, supports_gpu_offload
 from ..session.fit import fit_chat
 from ..session.preflight import Preflight, preflight
+from ..speculative.drift import claim_text
 from ..speculative.stats import Stats
 from .chat_panel import ChatPanel, ChatSidebar
 from .chat_view import Span
@@ -205,6 +207,10 @@ class MainWindow(QMainWindow):
         self.stats_toggle.setShortcut(QKeySequence("Ctrl+I"))
         self.stats_toggle.toggled.connect(self.stats_scroll.setVisible)
         self.model_bar.addAction(self.stats_toggle)
+        about = QAction("About", self)
+        about.setObjectName("aboutAction")
+        about.triggered.connect(self.show_about)
+        self.model_bar.addAction(about)
 
         middle = QWidget()
         ml = QVBoxLayout(middle)
@@ -284,6 +290,14 @@ class MainWindow(QMainWindow):
             self.cancel_background()
         else:
             self.clear_error()
+
+    def about_text(self) -> str:
+        """What SpecDesk claims, no more than the tests show."""
+        return (f"SpecDesk {__version__}: speculative decoding on local GGUF models, made visible and measurable.\n\n"
+                + claim_text(None) + " Compare measures the drift on your model and machine.")
+
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About SpecDesk", self.about_text())
 
     # =============================================================== state
 
