@@ -43,6 +43,9 @@ PROVENANCE = {
     "target": ("", "target", "a plain target step (nothing was drafted)"),
 }
 
+#: Shorter names for the legend under the chat (the tooltips say it in full).
+LEGEND_LABELS = {"accepted": "draft", "ngram": "lookup"}
+
 SPAN_PROP = QTextFormat.Property.UserProperty + 1
 USER_BG = "#f1f3f5"
 REPAINT_MS = 80  # streamed text is written at most this often (and at the end)
@@ -390,9 +393,10 @@ class Legend(QWidget):
         self.setObjectName("legend")
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
-        lay.setSpacing(12)
+        lay.setSpacing(10)
         for key in ("accepted", "ngram", "history", "translated", "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
+            label = LEGEND_LABELS.get(key, label)
             sw = QLabel()
             sw.setFixedSize(14, 14)
             sw.setStyleSheet(f"background:{bg}; border:1px solid #adb5bd; border-radius:2px;")
@@ -404,7 +408,8 @@ class Legend(QWidget):
             item.addWidget(sw)
             item.addWidget(text)
             lay.addLayout(item)
-        hint = QLabel("uncoloured: plain target step · hover a token for details")
+        hint = QLabel("uncoloured: target step")
+        hint.setToolTip("A plain target step (nothing was drafted). Hover a token for its details.")
         hint.setStyleSheet("color:#868e96;")
         lay.addWidget(hint)
         lay.addStretch(1)

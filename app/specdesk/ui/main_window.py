@@ -198,6 +198,8 @@ class MainWindow(QMainWindow):
         self.stats_scroll.setWidgetResizable(True)
         self.stats_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.stats_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # a steady viewport width: the panel is laid out once for it, not again when a scroll bar appears
+        self.stats_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self.stats_scroll.setMinimumWidth(280)
         self.stats_toggle = QAction("Statistics", self)
         self.stats_toggle.setObjectName("statsToggle")

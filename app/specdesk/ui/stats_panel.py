@@ -59,8 +59,9 @@ def decisions_text(st: Stats, top: int = 3) -> str:
 
 def slower_reason(st: Stats) -> str:
     """Why an answer ran slower than target alone, from its own statistics."""
-    if not st.drafted:
-        return "though nothing was drafted (the machine was busier than when the reference was taken)"
+    if not st.drafted or st.drafted < 0.1 * max(1, st.steps):
+        return (f"though little was drafted ({st.drafted} tokens in {st.steps} steps): "
+                "the machine was busier than when the reference was taken")
     if st.decode_seconds and st.draft_seconds / st.decode_seconds > 0.25:
         return f"draft cost: the draft model took {100 * st.draft_seconds / st.decode_seconds:.0f}% of the time"
     if st.acceptance_rate is not None and st.acceptance_rate < 0.5:
