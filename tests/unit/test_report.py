@@ -493,3 +493,14 @@ def test_markdown_without_drift_says_it_was_not_measured_and_what_exact_means_at
     assert "the drift was not measured here" in md
     md = markdown(dict(make_result(temperature=0.7, advisor=False, prompts=1, repeats=1), drift=_drift_dict()))
     assert "At T=0.7 runs are not compared token for token" in md
+
+
+def test_text_that_is_not_utf8_does_not_lose_the_report(tmp_path):
+    """A suite path or prompt from argv with bytes that are not UTF-8 (surrogate
+    escapes) is written escaped; the report is not lost after the whole run."""
+    res = make_result(temperature=0.0, advisor=False, prompts=1, repeats=1)
+    for r in res["runs"]:
+        r["text"] = "bad byte \udcff here"
+    paths = write_report(res, tmp_path / "bad")
+    assert [p.name for p in paths] == FILE_NAMES
+    assert "\\udcff" in (tmp_path / "bad" / "report.json").read_text(encoding="utf-8")

@@ -56,9 +56,11 @@ def write_report(result: dict, out_dir: str | Path) -> list[Path]:
     created = _prepare_dir(out)
     try:
         contents: list[tuple[str, bytes]] = [
-            ("report.json", (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
-            ("report.csv", csv_text(result).encode("utf-8")),
-            ("report.md", markdown(result).encode("utf-8")),
+            # A prompt or file name that is not valid UTF-8 (a surrogate escape from argv or
+            # the file system) is written escaped, never allowed to lose the whole report.
+            ("report.json", (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")),
+            ("report.csv", csv_text(result).encode("utf-8", "backslashreplace")),
+            ("report.md", markdown(result).encode("utf-8", "backslashreplace")),
             ("speedup.png", charts.speedup_chart(result)),
             ("acceptance_by_position.png", charts.acceptance_chart(result)),
             ("tokens_per_second.png", charts.tokens_per_second_chart(result)),
