@@ -10,11 +10,12 @@ as ``SpecDeskError``; the CLI prints them as one line and exits with code 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ..errors import SpecDeskError
 from ..fmt import format_download_size
+from ..library import hub
+from .output import progress_bar
 
 __all__ = ["add_download_parser", "cmd_download"]
 
@@ -41,10 +42,6 @@ def add_download_parser(models_subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_download(args) -> int:
-    from tqdm import tqdm
-
-    from . import hub
-
     repo = args.repo.strip()
     quant = getattr(args, "quant", None)
     filename = getattr(args, "file", None)
@@ -71,8 +68,8 @@ def cmd_download(args) -> int:
         return 0
 
     model = hub.pick(models, filename=filename, quant=quant)
-    bar = tqdm(total=model.total_size or 0, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
-               desc=model.name.rsplit("/", 1)[-1][:40], dynamic_ncols=True)
+    bar = progress_bar(total=model.total_size or 0, unit="B", unit_scale=True, unit_divisor=1024,
+                       desc=model.name.rsplit("/", 1)[-1][:40], dynamic_ncols=True)
 
     def progress(done: int, total: int) -> None:
         if total and bar.total != total:
