@@ -65,3 +65,25 @@ def test_progress_in_a_log_prints_a_line_every_few_seconds():
     bar.close()
     assert bar.mininterval == LOG_INTERVAL_S >= 2
     assert log.getvalue().count("\r") + log.getvalue().count("\n") < 10  # not a line per update
+
+
+def test_library_details_show_file_metadata_as_text_not_html(qtbot, tmp_path):
+    """A GGUF's name and metadata come from the file: a name with markup is shown as
+    those characters, never rendered (no link, no image, no injected table)."""
+    from pathlib import Path
+
+    from specdesk.library.discovery import LibraryEntry
+    from specdesk.ui.library_tab import LibraryTab
+
+    tab = LibraryTab()
+    qtbot.addWidget(tab)
+    evil = '<a href="http://x">click</a><img src="file:///etc/passwd">'
+    e = LibraryEntry(path=Path(tmp_path / "m.gguf"), name=evil, sources=("folder",), size=10, mtime_ns=0,
+                     info={"architecture": "<b>llama</b>", "parameters": 1000}, error="bad <i>thing</i>")
+    tab.entries = [e]
+    tab._fill()
+    tab.table.selectRow(0)
+    html = tab.details.toHtml()
+    assert "&lt;a href" in html and "<a href" not in html and "<img" not in html
+    assert "&lt;b&gt;llama&lt;/b&gt;" in html and "&lt;i&gt;thing&lt;/i&gt;" in html
+    assert evil in tab.details.toPlainText()
