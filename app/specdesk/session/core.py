@@ -1,15 +1,6 @@
-"""The Python API the CLI and the app share: load a pair, stream a generation step
-by step, cancel between steps, read statistics and memory.
-
-    from specdesk.session import GenerationConfig, ModelSpec, Session
-
-    with Session.load(ModelSpec("target.gguf"), ModelSpec("draft.gguf")) as s:
-        prompt = s.chat_prompt([{"role": "user", "content": "Write a haiku"}])
-        for step in s.generate(prompt, GenerationConfig(proposer="draft", k="auto")):
-            print(step.text, end="", flush=True)
-        print(step.stats.acceptance_rate, step.stats.tokens_per_second)
-        print(s.memory().to_dict())
-"""
+"""Session: a loaded target (and draft) with what auto learnt about them, leased to
+whoever uses the contexts, and Generation: one finished answer (see the package's
+docstring for an example)."""
 
 from __future__ import annotations
 
