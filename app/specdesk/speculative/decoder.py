@@ -213,6 +213,10 @@ def speculate(
                 stop_reason = "eos"
                 break
         seq.extend(t.token for t in infos)
+        if len(infos) <= n:
+            # an accepted draft token ended the answer: the tokens drafted after it were
+            # evaluated but are not part of the answer, so the context gives them back
+            target.rollback(len(seq) - 1)
 
         stats.record_step(len(draft_tokens), n, len(infos), draft.source)
         stats.draft_seconds += td - ts
