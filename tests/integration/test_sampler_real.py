@@ -160,9 +160,9 @@ class MemoTarget:
     def n_past(self) -> int:
         return len(self.history)
 
-    def prefill(self, tokens, logits=True):
+    def prefill(self, tokens, logits=True, cancel=None):
         assert not logits
-        self.ctx.prefill(list(tokens), logits=False)
+        self.ctx.prefill(list(tokens), logits=False, cancel=cancel)
         self.history = list(tokens)
         self.last_prefill_evaluated = self.ctx.last_prefill_evaluated
 
