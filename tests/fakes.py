@@ -12,11 +12,13 @@ costs in simulated seconds, deterministically and without sleeping.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from specdesk.errors import Cancelled
 from specdesk.speculative.backend import common_prefix_length
+from specdesk.speculative.sampling import warp
 
 
 class FakeModel:
@@ -150,3 +152,20 @@ class FakeBackend:
 
     def token_bytes(self, token: int) -> bytes:
         return f"<{token}>".encode()
+
+
+def exact_joint(model, params, prompt, n):
+    """Exact probability of every n-token continuation under target-alone sampling."""
+    v = model.n_vocab
+    out = {}
+    for combo in itertools.product(range(v), repeat=n):
+        hist = list(prompt)
+        pr = 1.0
+        for tok in combo:
+            pr *= warp(model.logits(hist), params)[tok]
+            if pr == 0:
+                break
+            hist.append(tok)
+        if pr > 0:
+            out[combo] = pr
+    return out

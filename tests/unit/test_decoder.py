@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specdesk.errors import Cancelled
-from fakes import FakeBackend, FakeClock, FakeModel, linear_cost
+from fakes import FakeBackend, FakeClock, FakeModel, exact_joint, linear_cost
 from specdesk.speculative.controller import AutoK, FixedK
 from specdesk.speculative.costmodel import CostModel
 from specdesk.speculative.decoder import speculate
@@ -211,22 +211,6 @@ def test_vocab_size_difference_uses_common_range():
 
 # -- exactness at temperature > 0 ---------------------------------------------------------
 
-def _exact_joint(model: FakeModel, params, prompt, n):
-    """Exact probability of every n-token continuation under target-alone sampling."""
-    v = model.n_vocab
-    out = {}
-    for combo in itertools.product(range(v), repeat=n):
-        hist = list(prompt)
-        pr = 1.0
-        for tok in combo:
-            pr *= warp(model.logits(hist), params)[tok]
-            if pr == 0:
-                break
-            hist.append(tok)
-        if pr > 0:
-            out[combo] = pr
-    return out
-
 
 @pytest.mark.parametrize(
     "params,k",
@@ -240,7 +224,7 @@ def test_speculative_sampling_follows_the_target_distribution(params, k):
     n_vocab, n_tokens, runs = 4, 3, 6000
     tm = FakeModel(n_vocab=n_vocab, seed=5, scale=1.0)
     dm = FakeModel(base=tm, seed=6, noise=1.0)
-    exact = _exact_joint(tm, params, PROMPT, n_tokens)
+    exact = exact_joint(tm, params, PROMPT, n_tokens)
     counts = dict.fromkeys(exact, 0)
     t, d = FakeBackend(tm), FakeBackend(dm)
     prop = DraftModelProposer(d, n_vocab, p_min=0.0)
@@ -282,7 +266,7 @@ def test_exactness_check_detects_a_draft_distribution_leak():
     params = SamplingParams(temperature=1.0)
     tm = FakeModel(n_vocab=n_vocab, seed=5, scale=1.0)
     dm = FakeModel(base=tm, seed=6, noise=1.0)
-    exact = _exact_joint(tm, params, PROMPT, 2)
+    exact = exact_joint(tm, params, PROMPT, 2)
     rng = np.random.default_rng(0)
     counts = dict.fromkeys(exact, 0)
     for _ in range(runs):

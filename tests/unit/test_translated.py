@@ -4,11 +4,10 @@ draft vocabulary against a longest-match ("word-piece-ish") target vocabulary.""
 from __future__ import annotations
 
 import hashlib
-import itertools
 
 import numpy as np
 import pytest
-from fakes import FakeBackend, FakeModel
+from fakes import FakeBackend, FakeModel, exact_joint
 from specdesk.speculative.controller import AutoK, FixedK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import NoProposer
@@ -18,7 +17,7 @@ from specdesk.speculative.proposers.translated import (
     complete_utf8,
     tokenize_span,
 )
-from specdesk.speculative.sampling import SamplingParams, warp
+from specdesk.speculative.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 
@@ -262,21 +261,6 @@ T_SMALL = VocabTokenizer(["a", "b", "ab", "ba"])
 D_SMALL = VocabTokenizer(["a", "b"])
 
 
-def _exact_joint(model, params, prompt, n):
-    v = model.n_vocab
-    out = {}
-    for combo in itertools.product(range(v), repeat=n):
-        hist = list(prompt)
-        pr = 1.0
-        for tok in combo:
-            pr *= warp(model.logits(hist), params)[tok]
-            if pr == 0:
-                break
-            hist.append(tok)
-        if pr > 0:
-            out[combo] = pr
-    return out
-
 
 @pytest.mark.parametrize(
     "params,k",
@@ -287,7 +271,7 @@ def test_speculative_sampling_with_translated_drafts_follows_the_target(params, 
     n_tokens, runs = 3, 6000
     prompt = [0, 1, 2]
     tm = FakeModel(n_vocab=len(T_SMALL.pieces), seed=5, scale=1.0)
-    exact = _exact_joint(tm, params, prompt, n_tokens)
+    exact = exact_joint(tm, params, prompt, n_tokens)
     counts = dict.fromkeys(exact, 0)
     t = FakeBackend(tm)
     d = FakeBackend(TextOracle(D_SMALL, "abababbaabbaab" * 2, error_every=4, seed=3))

@@ -22,30 +22,27 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def positive_int(name: str):
+def int_at_least(name: str, lo: int, what: str):
+    """An argparse type: an integer >= ``lo``; ``what`` names the range in the error."""
+
     def parse(v: str) -> int:
         try:
             n = int(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {v!r}") from None
-        if n <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {n}")
+            raise argparse.ArgumentTypeError(f"{name} must be {what}, got {v!r}") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"{name} must be {what}, got {n}")
         return n
 
     return parse
+
+
+def positive_int(name: str):
+    return int_at_least(name, 1, "a positive integer")
 
 
 def non_negative_int(name: str):
-    def parse(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {v!r}") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {n}")
-        return n
-
-    return parse
+    return int_at_least(name, 0, "an integer >= 0")
 
 
 def draft_length(v: str) -> int | str:
