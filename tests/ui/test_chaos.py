@@ -631,16 +631,36 @@ def _shown_and_stored(w):
     return [(r, t) for r, t, _ in w.chat_view.messages()], [(m.role, m.content) for m in w.store.messages(w.chat_id)]
 
 
-def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window):
+@pytest.mark.parametrize("stop_lands", ["as it comes", "before the prompt is read"])
+def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window, monkeypatch, stop_lands):
     """Seed 11: an answer stopped before its first token was shown as an empty
     answer that was never stored (and enabled Regenerate and Copy on nothing)."""
+    import specdesk.ui.main_window as mw
+
     w = window
     _load(qtbot, w, *window_models(w))
     _settle(qtbot, w)
-    with qtbot.waitSignal(w.generation_finished, timeout=LOAD_TIMEOUT) as blocker:
-        assert w.send("Say hi.")
-        w.stop_generation()  # long before the prompt is evaluated
-    assert blocker.args[0].text == ""
+    stopped = threading.Event()
+    if stop_lands == "before the prompt is read":
+        real_fit = mw.fit_chat
+
+        def fit_after_stop(*args, **kwargs):
+            stopped.wait(30)  # the worker reaches the prompt only once Stop was pressed
+            return real_fit(*args, **kwargs)
+
+        monkeypatch.setattr(mw, "fit_chat", fit_after_stop)
+    finished = []
+    w.generation_finished.connect(finished.append)
+    assert w.send("Say hi.")
+    w.stop_generation()  # long before the prompt is evaluated
+    stopped.set()
+    # Where the worker is when Stop lands decides the path: inside the prompt's
+    # evaluation the decoder raises Cancelled (no Generation); before its first
+    # step it ends with a "cancelled" step. Either way the window must settle the same.
+    qtbot.waitUntil(lambda: not w.generating, timeout=LOAD_TIMEOUT)
+    assert all(g.text == "" for g in finished)
+    if stop_lands == "before the prompt is read":
+        assert not finished  # the prompt phase raised Cancelled: no Generation at all
     shown, stored = _shown_and_stored(w)
     assert shown == stored == [("user", "Say hi.")]
     assert not w.chat_panel.has_answer()
