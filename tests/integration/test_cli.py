@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,9 +98,46 @@ def test_truncated_gguf(tmp_path, smol_path):
     assert_one_line_error(r, "cut.gguf", "truncated")
 
 
-def test_incompatible_draft(smol_path, qwen_draft_path):
-    r = cli("generate", "--target", qwen_draft_path, "--draft", smol_path, "--prompt", "x", "--ctx", "256")
+def test_incompatible_draft_with_same_vocab_only(smol_path, qwen_draft_path):
+    r = cli("generate", "--target", qwen_draft_path, "--draft", smol_path, "--prompt", "x", "--ctx", "256",
+            "--same-vocab-only")
     assert_one_line_error(r, "incompatible", "BOS")
+
+
+def test_a_draft_with_another_vocabulary_drafts_translated(smol_path, qwen_draft_path):
+    """Without --same-vocab-only an incompatible pair loads as a translated pair, says
+    so, and its answer at T=0 is target alone's."""
+    common = ["--target", qwen_draft_path, "--prompt", "Name three colours.", "--ctx", "512", "--max-tokens", "12",
+              "--json"]
+    r = cli("generate", *common, "--draft", smol_path, "--proposer", "draft", "--k", "3")
+    assert r.returncode == 0, r.stderr
+    assert "another vocabulary" in r.stderr and "--same-vocab-only" in r.stderr
+    out = json.loads(r.stdout)
+    alone = json.loads(cli("generate", *common, "--proposer", "none").stdout)
+    assert out["tokens"] == alone["tokens"]
+    assert out["stats"]["drafted"] > 0
+
+
+def test_models_drafts_lists_translated_candidates(smol_path, qwen_target_path, qwen_draft_path, tmp_path, monkeypatch):
+    """A library of the default pair and SmolLM2: the 0.5B drafts in the target's
+    vocabulary, SmolLM2 translated, each with its place and cost estimate."""
+    lib = tmp_path / "models"
+    lib.mkdir()
+    for p in (smol_path, qwen_target_path, qwen_draft_path):
+        (lib / Path(p).name).symlink_to(p)
+    for var in ("OLLAMA_MODELS", "HF_HOME", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("SPECDESK_MODELS_DIR", str(lib))
+    monkeypatch.setenv("SPECDESK_DATA_DIR", str(tmp_path / "data"))
+    r = cli("models", "drafts", lib / Path(qwen_target_path).name, "--json")
+    assert r.returncode == 0, r.stderr
+    got = [(Path(c["path"]).name, c["kind"]) for c in json.loads(r.stdout)]
+    assert got == [(Path(qwen_draft_path).name, "same vocabulary"), (Path(smol_path).name, "translated")]
+    r = cli("models", "drafts", lib / Path(qwen_target_path).name)
+    assert r.returncode == 0 and "2 of 2 models can draft" in r.stdout
+    assert "translated" in r.stdout and "target steps by size" in r.stdout
 
 
 def test_prompt_longer_than_context(smol_args):

@@ -93,6 +93,26 @@ def test_drafts_for_lists_compatible_first_smallest_first(smol_path, smol_draft_
     assert "special tokens" in bad["qwen draft"].reason
     assert f"token {tid} " in bad["smol changed"].reason
     assert "not a GGUF" in bad["notes"].reason
+    # none of them can draft translated: each is as large as the target or larger, or unreadable
+    assert not any(c.usable for c in bad.values())
+    assert "not be smaller than the target" in bad["qwen draft"].reason
+
+
+def test_a_smaller_model_with_another_vocabulary_is_listed_as_a_translated_draft(
+        qwen_target_path, qwen_draft_path, smol_path, tmp_path):
+    """An empty draft list was the common complaint: any smaller model can draft
+    (translated), listed after the same-vocabulary drafts, with its estimated cost."""
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("not a model")
+    res = pairing.drafts_for(qwen_target_path, [(smol_path, "smol"), (bogus, "notes"), (qwen_draft_path, "qwen 0.5b")])
+    assert [(c.name, c.kind) for c in res] == [
+        ("qwen 0.5b", "same vocabulary"), ("smol", "translated"), ("notes", "unusable")]
+    smol = res[1]
+    assert smol.usable and not smol.compatible and "another vocabulary" in smol.reason
+    assert smol.cost_ratio == pytest.approx(smol_path.stat().st_size / qwen_target_path.stat().st_size)
+    assert 0 < smol.cost_ratio < res[0].cost_ratio < 1
+    d = smol.to_dict()
+    assert d["kind"] == "translated" and d["translated"] and not d["compatible"]
 
 
 # --------------------------------------------------------------------------------------

@@ -78,6 +78,25 @@ def test_draft_picker_greys_out_incompatible_models_with_the_reason(qtbot, windo
     assert [c.compatible for c in res].count(False) >= 1
 
 
+def test_draft_picker_offers_smaller_models_with_another_vocabulary_as_translated(qtbot, window, library_env):
+    """The Qwen model as target: no library model shares its vocabulary, yet the
+    picker is not empty: both SmolLM2 files can draft translated, and say so."""
+    _scanned(qtbot, window)
+    qwen = (library_env / "home" / ".lmstudio" / "models" / "qwen" / "coder-gguf" / "qwen-draft.gguf").resolve()
+    combo = window.target_combo
+    with qtbot.waitSignal(window.pairing_checked, timeout=120_000,
+                          check_params_cb=lambda a: a[0].resolve() == qwen.resolve()) as b:
+        combo.setCurrentIndex(combo.findData(str(qwen)))
+    res = b.args[0][1]
+    assert [c.kind for c in res] == ["translated", "translated"]
+    combo = window.draft_combo
+    for i in range(1, combo.count()):
+        assert combo.model().item(i).isEnabled(), combo.itemText(i)
+        assert combo.itemText(i).endswith("translated")
+        assert "re-tokenized" in combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+    assert combo.count() == 3
+
+
 def test_use_as_target_from_the_library_loads_with_a_compatible_draft(qtbot, window, library_env):
     entries = _scanned(qtbot, window)
     smol = next(e for e in entries if e.path.name == "smol.gguf")

@@ -121,14 +121,18 @@ def test_switch_models_mid_generation(qtbot, window, smol_path, smol_draft_path)
     assert not w.generating
 
 
-def test_incompatible_draft_shows_the_reason(qtbot, window, smol_path, qwen_draft_path):
+def test_a_draft_with_another_vocabulary_loads_translated_and_says_so(qtbot, window, smol_path, qwen_draft_path):
+    """SmolLM2 (49k tokens) for the Qwen model (151k): no longer refused, it drafts
+    translated text, the window says so, and answers stream."""
     w = window
-    with qtbot.waitSignal(w.error_shown, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(smol_path), Path(qwen_draft_path))
-    msg = blocker.args[0]
-    assert "cannot draft for" in msg and "special tokens differ" in msg
-    assert w.error_banner.isVisible() and "BOS" in w.error_banner.text()
-    assert w.session is None
+    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
+        w.load_models(Path(qwen_draft_path), Path(smol_path))
+    s = blocker.args[0]
+    assert s is not None and s.draft is not None and s.translated
+    assert "another vocabulary" in w.status_label.text()
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, max_tokens=12))
+    gen = ask(qtbot, w, "Name three colours.")
+    assert gen.stats.drafted > 0 and gen.text
 
 
 @pytest.mark.parametrize("content", [b"not a model at all\n", b"GGUF\x03\x00\x00\x00" + b"\x00" * 12])

@@ -81,6 +81,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-layers", type=non_negative_int("GPU layers"), default=0, help="target layers to offload to the GPU")
     g.add_argument("--draft-gpu-layers", type=non_negative_int("draft GPU layers"), default=None,
                    help="draft layers to offload (default: same as --gpu-layers)")
+    g.add_argument("--same-vocab-only", action="store_true",
+                   help="refuse a draft with another vocabulary instead of drafting translated (re-tokenized) text")
 
 
 def add_generation_options(p: argparse.ArgumentParser) -> None:
@@ -128,8 +130,15 @@ def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None
 
 
 def load_session(args, need_draft: bool) -> Session:
+    """The models the options name; a draft with another vocabulary drafts translated
+    unless ``--same-vocab-only``."""
     t, d = specs_from_args(args, need_draft=need_draft)
-    return Session.load(t, d)
+    s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False))
+    if s.translated:
+        print(f"specdesk: note: {d.path.name} has another vocabulary than {t.path.name} "
+              f"({s.compat.reason}): it drafts text that is re-tokenized for the target "
+              "(exact all the same; --same-vocab-only refuses such a pair)", file=sys.stderr)
+    return s
 
 
 def config_from_args(args, **over) -> GenerationConfig:

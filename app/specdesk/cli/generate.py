@@ -7,10 +7,10 @@ import sys
 from ..bench.advisor import pair_drift
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
-from ..session import Comparison, Generation, GenerationConfig, Session, compare
+from ..session import Comparison, Generation, GenerationConfig, compare
 from ..speculative.divergence import verdict_text
 from ..speculative.drift import claim_text
-from .args import config_from_args, prompt_tokens, specs_from_args
+from .args import config_from_args, load_session, prompt_tokens
 from .output import dump_json
 
 
@@ -30,8 +30,7 @@ def summary_line(g: Generation) -> str:
 
 def cmd_generate(args) -> int:
     cfg = config_from_args(args)
-    t, d = specs_from_args(args, need_draft=cfg.needs_draft)
-    with Session.load(t, d) as s:
+    with load_session(args, need_draft=cfg.needs_draft) as s:
         prompt = prompt_tokens(s, args)
         s.check_fits(prompt, cfg.max_tokens)
         if args.json:
@@ -91,8 +90,7 @@ def cmd_compare(args) -> int:
     cfg = config_from_args(args)
     if cfg.proposer == "none":
         raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer draft, ngram or hybrid")
-    t, d = specs_from_args(args, need_draft=cfg.needs_draft)
-    with Session.load(t, d) as s:
+    with load_session(args, need_draft=cfg.needs_draft) as s:
         prompt = prompt_tokens(s, args)
         res = compare(s, prompt, cfg)
         with s.lease():

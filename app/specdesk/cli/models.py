@@ -36,8 +36,9 @@ def add_parsers(sub) -> None:
     cp.add_argument("target", type=Path)
     cp.add_argument("draft", type=Path)
     cp.add_argument("--json", action="store_true")
-    dr = msub.add_parser("drafts", help="which models in the library can draft for TARGET "
-                                        "(compatible first, smallest first; the others with their reason)")
+    dr = msub.add_parser("drafts", help="which models in the library can draft for TARGET: same-vocabulary "
+                                        "drafts first, then smaller models that draft translated, smallest "
+                                        "first; the others with their reason")
     dr.add_argument("target", type=Path)
     dr.add_argument("--json", action="store_true")
 
@@ -148,14 +149,18 @@ def _drafts(args) -> int:
     if args.json:
         print(dump_json([c.to_dict() for c in res]))
         return 0
-    ok = [c for c in res if c.compatible]
-    print(f"{len(ok)} of {len(res)} models can draft for {args.target.name}" + (":" if res else "."))
+    usable = [c for c in res if c.usable]
+    print(f"{len(usable)} of {len(res)} models can draft for {args.target.name}" + (":" if res else "."))
     for c in res:
         if c.compatible:
-            print(f"  ok   {format_bytes(c.size):>10}  {c.name}  ({c.path})")
+            print(f"  ok          {format_bytes(c.size):>10}  {c.name}  ({c.path})")
     for c in res:
-        if not c.compatible:
-            print(f"  no   {'':>10}  {c.name}: {c.reason}")
+        if c.translated:
+            print(f"  translated  {format_bytes(c.size):>10}  {c.name}: {c.reason}; a step costs about "
+                  f"{c.cost_ratio:.2f} target steps by size  ({c.path})")
+    for c in res:
+        if not c.usable:
+            print(f"  no          {'':>10}  {c.name}: {c.reason}")
     return 0
 
 

@@ -163,15 +163,36 @@ def check_pair_cached(target: str | Path, draft: str | Path) -> Compatibility:
 
 @dataclass(frozen=True)
 class DraftCandidate:
+    """A library model checked against a target.
+
+    ``compatible``: it shares the target's vocabulary (llama.cpp's rules), so it
+    drafts in the target's own tokens. ``translated``: it does not, but it is
+    smaller than the target, so it can still draft text that is re-tokenized for the
+    target (exact either way: the target verifies its own tokens). ``cost_ratio``
+    estimates a draft step's cost in target steps from the file sizes (decoding reads
+    every weight once per token, so the bytes set the pace on a CPU)."""
+
     path: Path
     name: str
     size: int
     compatible: bool
     reason: str
     rule: str = ""
+    translated: bool = False
+    cost_ratio: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.compatible or self.translated
+
+    @property
+    def kind(self) -> str:
+        return "same vocabulary" if self.compatible else "translated" if self.translated else "unusable"
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "name": self.name, "size": self.size, "compatible": self.compatible,
+                "translated": self.translated, "kind": self.kind,
+                "cost_ratio": None if self.cost_ratio is None else round(self.cost_ratio, 4),
                 "reason": self.reason or None, "rule": self.rule or None}
 
 
@@ -181,10 +202,12 @@ def drafts_for(
     cancel: Callable[[], bool] | None = None,
     progress: Callable[[str, float], None] | None = None,
 ) -> list[DraftCandidate]:
-    """Every candidate (path, name) checked against the target: compatible drafts
-    first, smallest (cheapest to run) first; then the others with their reason."""
+    """Every candidate (path, name) checked against the target: same-vocabulary drafts
+    first, then the smaller models that can draft translated, each group smallest
+    (cheapest to run) first; then the others with their reason."""
     tfp = fingerprint(target, cancel=cancel)
     treal = Path(target).resolve()
+    tsize = treal.stat().st_size
     items = [(Path(p), n) for p, n in candidates if Path(p).resolve() != treal]
     out: list[DraftCandidate] = []
     for i, (p, name) in enumerate(items):
@@ -205,6 +228,14 @@ def drafts_for(
         except OSError as e:
             out.append(DraftCandidate(p, name, 0, False, f"{p.name}: {e.strerror or e}", "unreadable"))
             continue
-        out.append(DraftCandidate(p, name, size, res.ok, res.reason, res.rule))
-    out.sort(key=lambda c: (not c.compatible, c.size if c.compatible else 0, c.name.lower()))
+        ratio = size / tsize if tsize else None
+        reason = res.reason
+        translated = False
+        if not res.ok:
+            translated = size < tsize
+            reason = f"another vocabulary ({res.reason})" if translated else \
+                f"{res.reason}; as a translated draft it would not be smaller than the target"
+        out.append(DraftCandidate(p, name, size, res.ok, reason, res.rule, translated, ratio))
+    rank = {"same vocabulary": 0, "translated": 1, "unusable": 2}
+    out.sort(key=lambda c: (rank[c.kind], c.size if c.usable else 0, c.name.lower()))
     return out

@@ -477,12 +477,14 @@ class MainWindow(QMainWindow):
             self.load_models(target, path)
             return
 
-        # a new target: keep the draft if it still pairs, else take the smallest compatible one
+        # a new target: keep the draft if it can still draft for it (translated or not),
+        # else take the smallest one that shares its vocabulary
         def done(res: list) -> None:
             self._draft_pairing = res
-            ok = {c.path.resolve(): c.path for c in res if c.compatible}
-            keep = self.draft_path is not None and self.draft_path.resolve() in ok
-            draft = self.draft_path if keep else next(iter(ok.values()), None)
+            usable = {c.path.resolve() for c in res if c.usable}
+            same = [c.path for c in res if c.compatible]
+            keep = self.draft_path is not None and self.draft_path.resolve() in usable
+            draft = self.draft_path if keep else next(iter(same), None)
             self.target_path = path
             self.load_models(path, draft)
 
@@ -578,15 +580,10 @@ class MainWindow(QMainWindow):
         if pre is None or self._pending_load is not None or self._load_task is not check:
             self._finish_load(check)  # a newer request runs next
             return
-        tspec, dspec = req.target, req.draft
-        if pre.compat is not None and not pre.compat:
-            self._finish_load(check)
-            self._idle()
-            self.show_error(f"{dspec.path.name} cannot draft for {tspec.path.name}: {pre.compat.reason}")
-            self.model_bar.mark_incompatible(pre.compat.reason)
-            self._update_state()
-            return
         msg = pre.summary()
+        if pre.compat is not None and not pre.compat:
+            # another vocabulary: the pair loads translated (Session.load(translate=True))
+            msg += f" · translated draft: {pre.compat.reason}"
         self.model_bar.set_info(msg + ("" if pre.fits else " — more than is free"))
         if req.confirm_memory and not pre.fits:
             ans = QMessageBox.warning(
@@ -605,7 +602,8 @@ class MainWindow(QMainWindow):
 
     def _start_load(self, req: _LoadRequest, estimate_msg: str) -> None:
         tspec, dspec = req.target, req.draft
-        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report), "model load")
+        # a draft with another vocabulary drafts translated text (the picker marks it)
+        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True), "model load")
         self._load_task = task
         task.progress.connect(lambda m, f: self._busy(f"{m}  ({estimate_msg})", f))
         task.succeeded.connect(lambda session: self._load_succeeded(task, session))
@@ -657,7 +655,11 @@ class MainWindow(QMainWindow):
             self._draft_pairing = []
             self.check_drafts(self.target_path)
         self._refresh_model_lists()
-        self._idle(f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else ""))
+        loaded = f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else "")
+        if session.translated:
+            loaded += (" — the draft has another vocabulary, so its text is re-tokenized for the target "
+                       "(translated; exact all the same)")
+        self._idle(loaded)
         self.stats.set_memory(session.memory())
         self.stats.set_devices(devices(), supports_gpu_offload())
         self._show_reference()

@@ -82,7 +82,8 @@ class ModelBar(QToolBar):
                  draft: Path | None, picked: Path | None, pairing: Sequence) -> None:
         """Fill both combos. The target combo lists every usable model; the draft combo
         lists compatible drafts first (smallest first), then the models not checked yet,
-        then the incompatible ones greyed out with llama.cpp's reason."""
+        then the smaller models that draft translated (another vocabulary), then the
+        ones that cannot draft, greyed out with the reason."""
         combo = self.target_combo
         combo.blockSignals(True)
         combo.clear()
@@ -107,15 +108,25 @@ class ModelBar(QToolBar):
         checked = {c.path.resolve() for c in pairing}
         ordered = [c.path.resolve() for c in pairing if c.compatible]
         ordered += [p for p in models if p not in ordered and p not in checked]
+        # a model does not draft for itself: neither the loaded target nor the one shown
+        chosen = {x.resolve() for x in (target, picked, self.path_of(self.target_combo)) if x is not None}
         for p in ordered:
-            if target is not None and p == target.resolve():
+            if p in chosen:
                 continue
             combo.addItem(name_of(p), str(p))
             tip = "compatible: shares the target's vocabulary" if pairing else str(p)
             combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        for c in pairing:
+            if not c.translated:
+                continue
+            cost = f", a step ≈ {c.cost_ratio:.2f} of the target's by size" if c.cost_ratio else ""
+            combo.addItem(f"{name_of(c.path)} — translated", str(c.path.resolve()))
+            combo.setItemData(combo.count() - 1, f"drafts translated: {c.reason}; its text is re-tokenized for the "
+                              f"target, which verifies every token (exact all the same){cost}",
+                              Qt.ItemDataRole.ToolTipRole)
         model = combo.model()
         for c in pairing:
-            if c.compatible:
+            if c.usable:
                 continue
             short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
             combo.addItem(f"{name_of(c.path)} — {short}", str(c.path.resolve()))
@@ -131,6 +142,3 @@ class ModelBar(QToolBar):
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
         combo.blockSignals(False)
-
-    def mark_incompatible(self, reason: str) -> None:
-        self.draft_combo.setItemData(self.draft_combo.currentIndex(), f"incompatible: {reason}", Qt.ItemDataRole.ToolTipRole)
