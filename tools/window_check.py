@@ -8,6 +8,11 @@ without clicking anywhere (the message box must have the focus) and sent with En
 once the answer is done the script checks that the whole window, the statistics
 panel and the Send row are on screen, and saves a screenshot named after the screen
 size. Exit code 0 when every check passes.
+
+With ``--compare`` it then runs a small comparison on the Compare tab (target alone,
+two draft lengths and n-gram, one repeat, a code-editing prompt) and checks that the
+form, the results table (no sideways scrolling), the chart and the answer columns
+(monospace, not word-wrapped) are all on screen, and saves compare-WxH.png.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "assets" / "screenshots")
     ap.add_argument("--prompt", default="Write a Python function that reverses a string.")
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--compare", action="store_true", help="also run a small comparison and check the Compare tab")
     args = ap.parse_args()
     os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-window-"))
 
@@ -84,8 +90,66 @@ def main() -> int:
     print(f"screen {screen.width()}x{screen.height()}, window {frame.width()}x{frame.height()} at {frame.x()},{frame.y()}; saved {name}")
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")
+    if args.compare:
+        checks.update(compare_checks(app, w, screen, wait, args.out))
     w.close()
     return 0 if all(checks.values()) else 1
+
+
+def compare_checks(app, w, screen, wait, out: Path) -> dict[str, bool]:
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtGui import QFontInfo
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
+
+    tab = w.compare
+    w.tabs.setCurrentWidget(tab)
+    for name, box in tab.config_boxes.items():
+        box.setChecked(name in ("draft:k=2", "draft:auto", "ngram"))
+    tab.repeats.setValue(1)
+    tab.max_tokens.setValue(64)
+    tab.use_advisor.setChecked(False)
+    tab.prompt.setPlainText(
+        "Rename the variable `tmp` to `total` and reply with the complete code only:\n\n"
+        "def add_all(xs):\n    tmp = 0\n    for x in xs:\n        tmp += x\n    return tmp\n"
+    )
+    tab.start()
+    res = wait(tab.finished, 600_000)
+    for _ in range(5):  # let the table and the chart repaint before the screenshot
+        app.processEvents()
+        QTest.qWait(50)
+
+    def on_screen(widget) -> bool:
+        if not widget.isVisible():
+            return False
+        r = QRect(widget.mapToGlobal(QPoint(0, 0)), widget.size())
+        return screen.contains(r)
+
+    def shown_whole(widget) -> bool:
+        """Inside the screen and not cut by its parents (the visible region is all of it)."""
+        return on_screen(widget) and widget.visibleRegion().boundingRect().size() == widget.size()
+
+    views = [v for v in tab.answer_split.findChildren(QTextEdit)] + list(tab.answer_split.findChildren(QPlainTextEdit))
+    checks = {
+        "the comparison ran": bool(res and res[0]),
+        "form on screen (Run and Save buttons)": on_screen(tab.run_btn) and on_screen(tab.save_btn),
+        "results table whole, no sideways scrolling": shown_whole(tab.table)
+        and tab.table.horizontalScrollBar().maximum() == 0,
+        "every table row shown": tab.table.verticalScrollBar().maximum() == 0,
+        "chart on screen": on_screen(tab.chart),
+        "one answer column per configuration": len(views) == tab.table.rowCount() > 0,
+        "answers whole on screen": bool(views) and all(on_screen(v) for v in views),
+        "answers in monospace": bool(views) and all(QFontInfo(v.font()).fixedPitch() for v in views),
+        "answers not word-wrapped": bool(views) and all(
+            (v.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap) if isinstance(v, QTextEdit)
+            else (v.lineWrapMode() == QPlainTextEdit.LineWrapMode.NoWrap) for v in views),
+    }
+    name = out / f"compare-{screen.width()}x{screen.height()}.png"
+    app.primaryScreen().grabWindow(0).save(str(name))
+    print(f"compare tab: saved {name}")
+    for k, ok in checks.items():
+        print(f"  {'ok ' if ok else 'FAIL'} {k}")
+    return checks
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from PySide6.QtGui import QFontInfo
+from PySide6.QtWidgets import QPlainTextEdit
 
 from specdesk.ui.main_window import MainWindow
 
@@ -55,8 +57,19 @@ def test_compare_a_prompt_shows_speedups_identity_and_answers(qtbot, window, tmp
     assert "drift flips" in cells["draft:k=2"][7]
     assert tab.exactness.isVisible() and "as llama.cpp computes it in a verify batch" in tab.exactness.text()
     assert "batch 2:" in tab.exactness.toolTip()
-    # answers side by side: one column per configuration
+    # answers side by side: one column per configuration, code as code (monospace, one
+    # source line per line: a narrow column scrolls sideways instead of wrapping)
     assert tab.answer_split.count() == 3
+    views = tab.answer_split.findChildren(QPlainTextEdit)
+    assert len(views) == 3 and all(v.isReadOnly() for v in views)
+    assert all(QFontInfo(v.font()).fixedPitch() for v in views)
+    assert all(v.lineWrapMode() == QPlainTextEdit.LineWrapMode.NoWrap for v in views)
+    assert {v.toPlainText() for v in views} <= {r["text"] for r in res["runs"]}
+    # the chat's list and statistics make room on this tab, and come back with the chat
+    assert not window.sidebar.isVisible() and not window.stats_scroll.isVisible()
+    window.tabs.setCurrentIndex(0)
+    assert window.sidebar.isVisible() and window.stats_scroll.isVisible()
+    window.tabs.setCurrentWidget(tab)
     # the chat's reference line learns target alone's speed
     assert window.stats.reference and window.stats.reference > 0
     # the report: the same files as the CLI

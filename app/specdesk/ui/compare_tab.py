@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -35,9 +37,9 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -75,11 +77,10 @@ class CompareTab(QWidget):
         self.calibration = None
 
         root = QHBoxLayout(self)
-        # ---- controls
+        # ---- controls: one column that scrolls when the screen is short (1280x720)
         controls = QWidget()
-        controls.setMaximumWidth(360)
         cl = QVBoxLayout(controls)
-        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setContentsMargins(0, 0, 4, 0)
 
         pbox = QGroupBox("Prompts")
         pl = QVBoxLayout(pbox)
@@ -179,7 +180,14 @@ class CompareTab(QWidget):
         self.exactness.setVisible(False)
         cl.addWidget(self.exactness)
         cl.addStretch(1)
-        root.addWidget(controls)
+        scroll = QScrollArea()
+        scroll.setObjectName("compareControls")
+        scroll.setWidget(controls)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setFixedWidth(340)
+        root.addWidget(scroll)
 
         # ---- results
         results = QSplitter(Qt.Orientation.Vertical)
@@ -189,8 +197,14 @@ class CompareTab(QWidget):
         self.table = QTableWidget(0, 8)
         self.table.setObjectName("compareTable")
         self.table.setHorizontalHeaderLabels(
-            ["config", "tok/s", "speedup", "predicted", "acceptance", "tokens/step", "extra memory", "identical at T=0"]
+            ["config", "tok/s", "speedup", "predicted", "accepted", "tok/step", "+memory", "same at T=0"]
         )
+        for col, tip in enumerate(["", "decode tokens per second", "tok/s against target alone",
+                                   "the advisor's predicted speedup", "acceptance rate of drafted tokens",
+                                   "tokens per target step (1 for target alone)", "memory the draft adds",
+                                   "whether the output equals target alone's at temperature 0"]):
+            if tip:
+                self.table.horizontalHeaderItem(col).setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -201,11 +215,12 @@ class CompareTab(QWidget):
         tl.addWidget(self.table, 3)
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("speedupChart")
-        self.chart.setTitle("speedup: measured | advisor (blue)", size="9pt")
+        self.chart.setTitle("speedup · blue: predicted", size="9pt")
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumWidth(200)
-        tl.addWidget(self.chart, 2)
+        self.chart.setMaximumWidth(300)
+        tl.addWidget(self.chart, 1)
         results.addWidget(top)
 
         answers = QWidget()
@@ -515,7 +530,11 @@ class CompareTab(QWidget):
             head.setWordWrap(True)  # many columns must fit the window, not widen it
             head.setMinimumWidth(40)
             bl.addWidget(head)
-            view = QTextBrowser()
+            # code keeps its shape: monospace, one source line per line (scroll sideways)
+            view = QPlainTextEdit()
+            view.setReadOnly(True)
+            view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+            view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
             view.setMinimumWidth(40)
             view.setPlainText(r["text"])
             bl.addWidget(view, 1)

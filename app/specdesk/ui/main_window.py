@@ -207,7 +207,7 @@ class MainWindow(QMainWindow):
         self.stats_toggle.setChecked(True)
         self.stats_toggle.setToolTip("Show or hide the statistics panel (Ctrl+I)")
         self.stats_toggle.setShortcut(QKeySequence("Ctrl+I"))
-        self.stats_toggle.toggled.connect(self.stats_scroll.setVisible)
+        self.stats_toggle.toggled.connect(lambda _on: self._show_side_panels())
         self.model_bar.addAction(self.stats_toggle)
         about = QAction("About", self)
         about.setObjectName("aboutAction")
@@ -230,6 +230,9 @@ class MainWindow(QMainWindow):
         split.setStretchFactor(2, 0)
         split.setSizes([180, 820, 360])
         self.setCentralWidget(split)
+        # the chat list and the statistics belong to the chat: the Compare and Library
+        # tabs get the whole width (their tables and answer columns need it at 1280x720)
+        self.tabs.currentChanged.connect(lambda _i: self._show_side_panels())
 
         # -- status bar with a progress bar and cancel
         sb = self.statusBar()
@@ -365,6 +368,11 @@ class MainWindow(QMainWindow):
             self.progress.setValue(int(1000 * fraction))
         self.cancel_btn.setVisible(cancellable)
         self.empty_state.set_progress(text, fraction)
+
+    def _show_side_panels(self) -> None:
+        chat = self.tabs.currentIndex() == 0
+        self.sidebar.setVisible(chat)
+        self.stats_scroll.setVisible(chat and self.stats_toggle.isChecked())
 
     def _idle(self, text: str = "") -> None:
         self.status_label.setText(text)
