@@ -68,6 +68,7 @@ def test_report_files_and_figures_add_up(report):
         (["--suite", "no_such_suite"], ["unknown suite"]),
         (["--configs", "none,draft:k=0"], ["k must be"]),
         (["--configs", "none,warp"], ["unknown config"]),
+        (["--configs", "none,draft+history"], ["only ngram takes history"]),
     ],
 )
 def test_bad_suite_or_config(args, needles, smol_path, tmp_path):
@@ -93,3 +94,59 @@ def test_unwritable_output_directory_fails_before_any_model_work(smol_path, tmp_
     r = cli("bench", "--target", smol_path, "--configs", "none,ngram", "--out", blocker / "out", "--no-advisor")
     assert_one_line_error(r, "cannot")
     assert blocker.read_text() == "x"
+
+
+def test_multi_turn_tasks_replay_the_chat_and_report_history_against_ngram(smol_path, tmp_path):
+    """A two-turn task runs in `specdesk bench`: turn 2's prompt holds turn 1's question
+    and answer, each turn is reported, and the history lookup is set against n-gram
+    lookup without history on turn 2."""
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text('{"id": "add", "turns": ["Write a Python function add(a, b). Code only.", '
+                     '"Add type hints to it. Reply with the complete updated function only."]}\n')
+    out = tmp_path / "out"
+    r = cli("bench", "--target", smol_path, "--ctx", "1024", "--threads", "2", "--suite", chats,
+            "--configs", "none,ngram,ngram+history", "--repeats", "1", "--max-tokens", "24", "--out", out,
+            "--no-advisor", timeout=900)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "report.json").read_text())
+    runs = res["runs"]
+    assert [(x["prompt_id"], x["turn"]) for x in runs] == [("add/turn1", 1)] * 3 + [("add/turn2", 2)] * 3
+    t1 = {x["config"]: x for x in runs if x["turn"] == 1}
+    t2 = {x["config"]: x for x in runs if x["turn"] == 2}
+    # the replayed chat is longer than turn 2's question alone by at least turn 1's answer
+    assert t2["none"]["prompt_tokens"] > t1["none"]["prompt_tokens"] + t1["none"]["stats"]["generated"]
+    assert len({x["prompt_tokens"] for x in t2.values()}) == 1  # every config got the same chat
+    assert all(x["identical"] for x in runs if x["config"] != "none")
+    (h,) = res["summary"]["history"]
+    assert (h["config"], h["without_history"]) == ("ngram+history:auto", "ngram:auto")
+    assert {(x["turn"], x["config"]) for x in res["summary"]["per_turn"]} == {
+        (t, c) for t in (1, 2) for c in ("none", "ngram:auto", "ngram+history:auto")}
+    assert "## chats by turn" in r.stdout and "History lookup on turns 2+" in r.stdout
+
+
+def test_translated_configs_name_a_draft_of_another_vocabulary(smol_path, qwen_draft_path, smol_draft_path, tmp_path):
+    """A draft with another vocabulary runs as `translated` (draft configs are named so);
+    on a same-vocabulary pair `translated` is a one-line error."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "count", "prompt": "Count from one to ten in words."}\n')
+    out = tmp_path / "out"
+    r = cli("bench", "--target", smol_path, "--draft", qwen_draft_path, "--ctx", "512", "--threads", "2",
+            "--suite", prompts, "--configs", "none,draft:k=2", "--repeats", "1", "--max-tokens", "16", "--out", out,
+            "--no-advisor", timeout=900)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "report.json").read_text())
+    assert res["configs"] == ["none", "translated:k=2"]
+    (run,) = [x for x in res["runs"] if x["config"] == "translated:k=2"]
+    assert run["stats"]["drafted"] > 0 and run["identical"] is not None
+    assert "another vocabulary" in r.stderr
+    r = cli("bench", "--target", smol_path, "--draft", smol_draft_path, "--ctx", "512", "--threads", "2",
+            "--suite", prompts, "--configs", "none,translated", "--no-advisor", "--out", tmp_path / "o2")
+    assert_one_line_error(r, "translated:auto", "another vocabulary")
+
+
+def test_compare_names_a_translated_draft(smol_path, qwen_draft_path):
+    r = cli("compare", "--target", smol_path, "--draft", qwen_draft_path, "--ctx", "512", "--threads", "2",
+            "--prompt", "Count from one to ten in words.", "--proposer", "draft", "--k", "2", "--max-tokens", "12",
+            timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "speculative (translated:k=2)" in r.stdout

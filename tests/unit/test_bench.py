@@ -25,7 +25,8 @@ def test_parse_configs_puts_the_baseline_first_and_defaults_to_auto():
     assert parse_configs("ngram")[0].name == "none"
 
 
-@pytest.mark.parametrize("bad", ["magic", "draft:k=0", "draft:k=x", "draft:q=1", "none:k=2", "draft:p_min=1.5", "ngram,ngram", ","])
+@pytest.mark.parametrize("bad", ["magic", "draft:k=0", "draft:k=x", "draft:q=1", "none:k=2", "draft:p_min=1.5", "ngram,ngram", ",",
+                                 "draft+history", "hybrid:history", "none:history", "ngram+history,ngram:history"])
 def test_bad_configs_are_one_clear_error(bad):
     with pytest.raises(ConfigError) as e:
         parse_configs(bad)
@@ -41,7 +42,7 @@ def _suite(name, n):
 def test_schedule_interleaves_and_rotates_configs():
     cfgs = [BenchConfig("none"), BenchConfig("draft", 2), BenchConfig("ngram")]
     plan = schedule([_suite("s", 1)], cfgs, repeats=3)
-    order = [c.name for _, _, _, c in plan]
+    order = [c.name for _, _, _, _, c in plan]
     assert order == ["none", "draft:k=2", "ngram:auto", "draft:k=2", "ngram:auto", "none", "ngram:auto", "none", "draft:k=2"]
 
 
@@ -251,3 +252,150 @@ def test_advice_states_the_exact_claim_with_the_measured_drift():
     assert "flipped at 1.56% of positions" in adv.exactness
     assert adv.to_dict()["exactness"] == adv.exactness
     assert cal.to_dict()["drift"]["by_batch"][0]["tv_max"] == 0.053
+
+
+# -- translated and history configurations ------------------------------------------------------
+
+def test_translated_and_history_configs_name_what_runs():
+    from specdesk.bench.configs import resolve_configs
+
+    cs = parse_configs("ngram,ngram+history,translated:k=3,ngram:history:k=2")
+    assert [c.name for c in cs] == ["none", "ngram:auto", "ngram+history:auto", "translated:k=3", "ngram+history:k=2"]
+    hist, tr = cs[2], cs[3]
+    g = hist.generation(SamplingParamsT0, 8, 0)
+    assert (g.proposer, g.history) == ("ngram", True)
+    g = tr.generation(SamplingParamsT0, 8, 0)
+    assert (g.proposer, g.history, tr.needs_draft) == ("draft", False, True)
+    assert not cs[1].generation(SamplingParamsT0, 8, 0).history
+    # on a pair whose draft has another vocabulary, draft configs are named translated
+    both = parse_configs("none,draft:k=2,hybrid")
+    assert [c.name for c in resolve_configs(both, translated=True)] == ["none", "translated:k=2", "hybrid:auto"]
+    assert resolve_configs(both, translated=False) == both
+    # translated needs such a draft; listing both names of one config is an error
+    with pytest.raises(ConfigError, match="another vocabulary") as e:
+        resolve_configs(parse_configs("translated"), translated=False)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="listed twice"):
+        resolve_configs(parse_configs("draft:k=2,translated:k=2"), translated=True)
+
+
+from specdesk.speculative.sampling import SamplingParams as _SP  # noqa: E402
+
+SamplingParamsT0 = _SP()
+
+
+# -- multi-turn replay ------------------------------------------------------------------------------
+
+class ChatFakeTarget(FakeTarget):
+    """FakeTarget that renders a chat (every message's characters) and keeps a history
+    index as the session does, recording what each run saw."""
+
+    def __init__(self):
+        super().__init__()
+        from specdesk.speculative.proposers import HistoryProposer
+
+        self.history = HistoryProposer()
+        self.seen = []  # (config, prompt tokens, history documents)
+        self.docs = []
+
+    def _enc(self, text):
+        return [1 + (ord(ch) % 11) for ch in text]
+
+    def chat_tokens(self, messages, max_tokens):
+        toks = []
+        for m in messages:
+            toks += [11] + self._enc(m["content"])
+        return toks, 0
+
+    def set_history(self, turns):
+        self.history.index.clear()
+        self.docs = [list(p) + list(a) for p, a in turns]
+        for d in self.docs:
+            self.history.remember(d)
+
+    def run(self, prompt, config):
+        self.seen.append((config.proposer + (":h" if config.history else ""), list(prompt), [list(d) for d in self.docs]))
+        if config.proposer == "ngram" and config.history:
+            prop = HybridProposer(NoProposer(), history=self.history)
+            ctl = self.auto if config.k == "auto" else FixedK(config.k)
+            steps = list(speculate(self.t, prop, ctl, prompt, params=config.sampling, max_tokens=config.max_tokens,
+                                   rng=np.random.default_rng(config.seed)))
+            return Generation(steps=steps, config=config, prompt=prompt)
+        return super().run(prompt, config)
+
+
+def _multi(name, n_turns=3):
+    msgs = tuple(f"turn {i} asks to revise it" for i in range(n_turns))
+    return Suite(name, (Prompt("task", msgs[0], name, turns=msgs),), None, "")
+
+
+def test_multi_turn_tasks_replay_the_earlier_turns_with_their_answers():
+    target = ChatFakeTarget()
+    cfgs = parse_configs("none,ngram:k=2,ngram+history:k=2")
+    res = run_bench(target, [_multi("m")], cfgs, BenchOptions(repeats=2, max_tokens=10, warmup=False))
+    runs = res["runs"]
+    assert len(runs) == 3 * 2 * 3  # turns x repeats x configs
+    assert [(r["turn"], r["prompt_id"]) for r in runs[:3]] == [(1, "task/turn1")] * 3
+    assert {r["task"] for r in runs} == {"task"} and {r["turns"] for r in runs} == {3}
+    base = {(r["repeat"], r["turn"]): r for r in runs if r["config"] == "none"}
+    # turn 2's prompt is turn 1's message, turn 1's answer (target alone's), then turn 2's message
+    for (cfg, prompt, docs), rec in zip(target.seen, runs):
+        t, r = rec["turn"], rec["repeat"]
+        assert (":h" in cfg) == ("+history" in rec["config"])  # the history option reaches the session
+        msgs = [{"role": "user", "content": f"turn {i} asks to revise it"} for i in range(3)]
+        chat = []
+        for i in range(t - 1):
+            chat += [msgs[i], {"role": "assistant", "content": base[(r, i + 1)]["text"]}]
+        if t == 1:  # a chat of one message: the single-prompt path
+            assert prompt == target.prompt_tokens(msgs[0]["content"])
+        else:
+            assert prompt == target.chat_tokens(chat + [msgs[t - 1]], 10)[0]
+        assert rec["prompt_tokens"] == len(prompt)
+        # every configuration sees exactly the earlier turns in its history, never another run's answer
+        assert len(docs) == t - 1
+    # the answers replayed are the target's own tokens
+    run_docs = [d for c, p, d in target.seen if len(d) == 2]
+    assert run_docs and all(len(d[0]) > 0 for d in run_docs)
+    # T=0: every configuration reproduces target alone on every turn
+    assert all(r["identical"] for r in runs if r["config"] != "none")
+    turns = {(x["turn"], x["config"]) for x in res["summary"]["per_turn"]}
+    assert turns == {(t, c.name) for t in (1, 2, 3) for c in cfgs}
+    (h,) = res["summary"]["history"]
+    assert h["config"] == "ngram+history:k=2" and h["without_history"] == "ngram:k=2" and h["prompts"] == 2
+    assert h["speedup_over_without_history"] is not None
+
+
+def test_single_prompts_run_with_an_empty_history():
+    """A run never copies from another run's answer to the same prompt (the session's
+    history would otherwise hold target alone's answer when hybrid runs)."""
+    target = ChatFakeTarget()
+    run_bench(target, [_suite("s", 2)], parse_configs("none,ngram+history:k=2"), BenchOptions(repeats=2, max_tokens=8))
+    assert all(docs == [] for _, _, docs in target.seen)
+
+
+def test_the_report_shows_turns_and_history_against_ngram(tmp_path):
+    from specdesk.bench.report import markdown, write_report
+
+    res = run_bench(ChatFakeTarget(), [_multi("m"), _suite("s", 1)], parse_configs("none,ngram:k=2,ngram+history:k=2"),
+                    BenchOptions(repeats=1, max_tokens=10, warmup=False))
+    md = markdown(res)
+    assert "## m by turn" in md and "## s by turn" not in md
+    assert "History lookup on turns 2+" in md and "`ngram+history:k=2`" in md and "without history (`ngram:k=2`)" in md
+    write_report(res, tmp_path / "out")
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "out" / "report.csv")))
+    assert [r["turn"] for r in rows if r["suite"] == "m"] == ["1"] * 3 + ["2"] * 3 + ["3"] * 3
+
+
+def test_the_advisor_predicts_every_turn_and_charges_a_translated_draft():
+    cal = _cal({b: float(b) for b in range(1, 10)}, 0.2)
+    stats = {"generated": 20, "steps": 10, "drafted_per_position": [10, 10], "model_draft_lengths": [0, 10]}
+    assert predict_run(cal, stats, "translated") == pytest.approx(predict_run(cal, stats, "draft"))
+    assert predict_run(cal, stats, "translated") < predict_run(cal, stats, "ngram+history")
+    from specdesk.bench.advisor import validate
+
+    res = run_bench(ChatFakeTarget(), [_multi("m")], parse_configs("none,ngram+history:k=2"),
+                    BenchOptions(repeats=1, max_tokens=10, warmup=False))
+    rows = validate(cal, res)
+    assert sorted(r.get("turn", 0) for r in rows) == [0, 1, 2, 3]

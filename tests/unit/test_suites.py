@@ -36,7 +36,7 @@ def one_line_error(excinfo) -> str:
 
 
 def test_builtin_names_and_order():
-    assert BUILTIN == ("code_boilerplate", "structured_output", "code_editing", "chat_qa", "creative")
+    assert BUILTIN == ("code_boilerplate", "structured_output", "code_editing", "chat_qa", "creative", "multi_turn")
     assert sorted(p.stem for p in builtin_dir().glob("*.jsonl")) == sorted(BUILTIN)
 
 
@@ -47,7 +47,7 @@ def test_builtin_suite_loads(name):
     assert suite.name == name
     assert suite.path == builtin_dir() / f"{name}.jsonl"
     assert suite.description
-    assert len(suite.prompts) >= (7 if name == "code_editing" else 6)
+    assert len(suite.prompts) >= {"code_editing": 7, "multi_turn": 4}.get(name, 6)
     ids = [p.id for p in suite.prompts]
     assert len(set(ids)) == len(ids)
     for p in suite.prompts:
@@ -63,7 +63,7 @@ def test_builtin_files_are_plain_jsonl(name):
     lines = (builtin_dir() / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     for line in lines:
         obj = json.loads(line)
-        assert set(obj) == {"id", "prompt", "note"}
+        assert set(obj) == ({"id", "turns", "note"} if name == "multi_turn" else {"id", "prompt", "note"})
 
 
 def test_code_editing_prompts_hold_a_realistic_snippet():
@@ -84,7 +84,7 @@ def test_code_editing_prompts_hold_a_realistic_snippet():
     assert {"typescript", "sql", "bash"} <= set(langs)
 
 
-def test_all_gives_the_five_in_order():
+def test_all_gives_every_builtin_in_order():
     assert [s.name for s in load_suite("all")] == list(BUILTIN)
     assert [s.name for s in load_suite(" ALL ")] == list(BUILTIN)
 
@@ -93,7 +93,7 @@ def test_comma_separated_specs_and_dedup():
     assert [s.name for s in load_suite("code_editing,chat_qa")] == ["code_editing", "chat_qa"]
     assert [s.name for s in load_suite("chat_qa, code-editing,")] == ["chat_qa", "code_editing"]
     assert [s.name for s in load_suite("chat_qa,all")] == [
-        "chat_qa", "code_boilerplate", "structured_output", "code_editing", "creative"]
+        "chat_qa", "code_boilerplate", "structured_output", "code_editing", "creative", "multi_turn"]
 
 
 def test_describe_builtin():
@@ -312,7 +312,7 @@ def test_jsonl_without_prompt_string(tmp_path, line3):
     f.write_text('{"prompt": "a"}\n{"prompt": "b"}\n' + line3 + "\n", encoding="utf-8")
     with pytest.raises(SpecDeskError) as e:
         load_file(f)
-    assert one_line_error(e) == f'{f} line 3: no "prompt" string'
+    assert one_line_error(e) == f'{f} line 3: no "prompt" string (or "turns" list)'
 
 
 def test_jsonl_line_not_an_object(tmp_path):
@@ -397,3 +397,44 @@ def test_user_file_named_like_a_builtin_is_rejected(tmp_path):
 
 def test_suite_error_is_a_specdesk_error():
     assert issubclass(SuiteError, SpecDeskError)
+
+
+# ------------------------------------------------------------------ multi-turn tasks
+
+def test_multi_turn_suite_revises_the_first_answer():
+    (suite,) = load_suite("multi_turn")
+    for p in suite.prompts:
+        assert len(p.messages) == 3, p.id
+        assert p.text == p.messages[0] == p.turns[0]
+        # turns 2 and 3 ask for a revision of what the chat already holds
+        assert all(any(w in m.lower() for w in ("updated", "rewrite", "keep", "now add")) for m in p.messages[1:]), p.id
+    # single prompts have one message and no turns
+    (single,) = load_suite("chat_qa")
+    assert all(p.turns == () and p.messages == (p.text,) for p in single.prompts)
+
+
+def test_user_jsonl_with_turns(tmp_path):
+    f = tmp_path / "chats.jsonl"
+    f.write_text('{"id": "a", "turns": ["write x", " now change x "]}\n{"turns": ["only one"]}\n{"prompt": "plain"}\n')
+    (suite,) = load_suite(str(f))
+    a, one, plain = suite.prompts
+    assert a.messages == ("write x", "now change x") and a.text == "write x"
+    assert one.messages == ("only one",) and one.turns == ()  # one turn is a single prompt
+    assert plain.messages == ("plain",)
+
+
+@pytest.mark.parametrize("line, needle", [
+    ('{"turns": []}', '"turns" must be a non-empty list of strings'),
+    ('{"turns": "abc"}', '"turns" must be a non-empty list of strings'),
+    ('{"turns": ["a", 3]}', '"turns" must be a non-empty list of strings'),
+    ('{"turns": ["a", "  "]}', "turn 2 is empty"),
+    ('{"turns": ["a"], "prompt": "b"}', 'not both'),
+    ('{"id": "x"}', 'no "prompt" string (or "turns" list)'),
+])
+def test_bad_turns_are_one_line_errors(tmp_path, line, needle):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"prompt": "fine"}\n' + line + "\n")
+    with pytest.raises(SuiteError) as e:
+        load_suite(str(f))
+    msg = one_line_error(e)
+    assert needle in msg and "line 2" in msg and str(f) in msg

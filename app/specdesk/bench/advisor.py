@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import Cancelled, SpecDeskError
 from ..fmt import format_bytes
 from ..library.quants import QuantUpgrade, upgrade_for
+from ..session import GenerationConfig
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
@@ -95,6 +96,9 @@ class Calibration:
     drift: Drift | None = None
     # the best higher quantization of the target the draft's memory would buy instead
     quant_upgrade: QuantUpgrade | None = None
+    # how the draft model drafts: "draft" (same vocabulary) or "translated" (another
+    # vocabulary, its text re-tokenized): its costs and acceptance are that proposer's
+    draft_source: str = "draft"
 
     @property
     def step(self) -> float:
@@ -117,6 +121,7 @@ class Calibration:
             "seconds": self.seconds,
             "drift": self.drift.to_dict() if self.drift is not None else None,
             "quant_upgrade": self.quant_upgrade.to_dict() if self.quant_upgrade is not None else None,
+            "draft_source": self.draft_source,
         }
 
 
@@ -241,16 +246,34 @@ def calibrate(
             log.info("kernel drift not measured: %s", e)
 
     acceptance = None
+    translated = bool(getattr(session, "translated", False))
     if session.draft is not None:
         dctx = session.draft.ctx
-        dctx.prefill(prompt[:-1], logits=False)
-        proposer = DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
         greedy = SamplingParams()
         rng = np.random.default_rng(0)
+        if translated:
+            # The draft speaks another vocabulary: time (and below, score) the proposer
+            # that runs it, translation included. Proposing again from the same
+            # sequence rolls the draft back to the prompt's text by itself.
+            def make_proposer():
+                return session.make_proposer(GenerationConfig(proposer="draft", p_min=0.0))
 
-        def draft(k: int) -> None:
-            dctx.rollback(base)
-            proposer.propose(prompt, lambda source, m: k, greedy, rng)
+            proposer = make_proposer()
+            dctx.rollback(0)
+            proposer.prepare(prompt, lambda source, m: 1)
+
+            def draft(k: int) -> None:
+                proposer.propose(prompt, lambda source, m: k, greedy, rng)
+        else:
+            def make_proposer():
+                return DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
+
+            dctx.prefill(prompt[:-1], logits=False)
+            proposer = make_proposer()
+
+            def draft(k: int) -> None:
+                dctx.rollback(base)
+                proposer.propose(prompt, lambda source, m: k, greedy, rng)
 
         draft(1)
         for k in range(1, k_max + 1):
@@ -262,7 +285,7 @@ def calibrate(
         acceptance = PositionAcceptance(decay=1.0)  # a fixed measurement, not a moving one
         steps = speculate(
             tctx,
-            DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0),
+            make_proposer(),
             FixedK(k_max),
             prompt,
             params=greedy,
@@ -287,6 +310,7 @@ def calibrate(
         k_max=k_max,
         drift=kernel_drift,
         quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
+        draft_source="translated" if translated else "draft",
     )
 
 
@@ -328,7 +352,7 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     for k, n in hist.items():
         if n <= 0:
             continue
-        d = cal.draft_ratio(k) if proposer == "draft" and k > 0 else 0.0
+        d = cal.draft_ratio(k) if proposer in ("draft", "translated") and k > 0 else 0.0
         total += n * (cal.verify_ratio(k + 1) + d)
     if proposer == "hybrid":
         # only the steps the draft model drafted cost draft time; lookups are free
@@ -342,16 +366,19 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
 
 
 def validate(cal: Calibration, result: dict) -> list[dict]:
-    """Predicted vs measured speedup for every (suite, config) of a benchmark result."""
+    """Predicted vs measured speedup for every (suite, config) of a benchmark result,
+    and for every (suite, turn, config) of its multi-turn suites."""
     out = []
-    for row in result["summary"]["per_suite"]:
+    rows = [(row, None) for row in result["summary"]["per_suite"]]
+    rows += [(row, row.get("turn")) for row in result["summary"].get("per_turn") or []]
+    for row, turn in rows:
         c = row["config"]
         if c == "none" or row["speedup"] is None:
             continue
         proposer = c.split(":")[0]
         per_prompt: dict[str, list[float]] = {}
         for r in result["runs"]:
-            if r["suite"] == row["suite"] and r["config"] == c:
+            if r["suite"] == row["suite"] and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
                 p = predict_run(cal, r["stats"], proposer)
                 if p is not None:
                     per_prompt.setdefault(r["prompt_id"], []).append(p)
@@ -359,15 +386,16 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
             continue
         pred = statistics.median(statistics.median(v) for v in per_prompt.values())
         meas = row["speedup"]
-        out.append(
-            {
-                "suite": row["suite"],
-                "config": c,
-                "predicted_speedup": pred,
-                "measured_speedup": meas,
-                "error": (pred - meas) / meas if meas else None,
-            }
-        )
+        rec = {
+            "suite": row["suite"],
+            "config": c,
+            "predicted_speedup": pred,
+            "measured_speedup": meas,
+            "error": (pred - meas) / meas if meas else None,
+        }
+        if turn is not None:
+            rec["turn"] = turn
+        out.append(rec)
     return out
 
 
@@ -400,9 +428,9 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         alphas = cal.draft_acceptance.alphas(cal.k_max)
         for k in range(1, cal.k_max + 1):
             x = predict_fixed(cal, k, alphas)
-            table.append({"config": f"draft:k={k}", "predicted_speedup": x})
+            table.append({"config": f"{cal.draft_source}:k={k}", "predicted_speedup": x})
             if x > best_x:
-                best, best_x = f"draft:k={k}", x
+                best, best_x = f"{cal.draft_source}:k={k}", x
         # even a perfect draft: the most this machine's costs allow
         ceiling = max(predict_fixed(cal, k, [1.0] * k) for k in range(1, cal.k_max + 1))
         ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))

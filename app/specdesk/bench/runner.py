@@ -8,6 +8,18 @@ are paired: each configuration's tokens/s over target alone's in the same
 (prompt, repeat) round, then the median per prompt and the median per suite.
 At temperature 0 every output is checked against target alone's and a difference
 is explained (near-tie or mismatch) by replaying both runs.
+
+Multi-turn tasks are replayed as the app's chat would hold them: turn n's prompt is
+the whole chat so far (the earlier user messages and the answers given to them,
+through the target's chat template, the oldest turns left out when it does not fit),
+and the session's history index holds the earlier turns, as it would after the app
+had answered them. Every configuration gets the same chat: the answers replayed are
+target alone's from the same repeat (at T=0 every configuration writes them too, up
+to reported near-ties), so paired speedups compare the same prompts. Each run starts
+from an empty history plus those turns, so no run copies from another run's answer
+to the same prompt (single prompts run with an empty history). Each turn is
+reported on its own (``turn``, ``task``; ``prompt_id`` is ``<task>/turn<n>``), and
+the summary has a row per turn (``per_turn``).
 """
 
 from __future__ import annotations
@@ -24,8 +36,9 @@ from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
 from ..speculative.divergence import explain
 from ..speculative.sampling import SamplingParams
-from .configs import BenchConfig
-from .suites import Suite
+from ..session.fit import fit_chat
+from .configs import BenchConfig, resolve_configs
+from .suites import Prompt, Suite
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
 
@@ -36,6 +49,14 @@ class BenchTarget(Protocol):
     has_draft: bool
 
     def prompt_tokens(self, text: str) -> list[int]: ...
+
+    # Optional (the runner falls back without them): the tokens of a whole chat,
+    # fitted to the context with ``max_tokens`` more, and how many messages were left
+    # out; the earlier turns history lookups may copy from, as (prompt, answer)
+    # tokens; whether the draft drafts translated (another vocabulary).
+    #   def chat_tokens(self, messages: list[dict], max_tokens: int) -> tuple[list[int], int]: ...
+    #   def set_history(self, turns: list[tuple[list[int], list[int]]]) -> None: ...
+    #   translated: bool
 
     def run(self, prompt: list[int], config: GenerationConfig) -> Generation: ...
 
@@ -65,9 +86,22 @@ class SessionTarget:
     def __init__(self, session) -> None:
         self.session = session
         self.has_draft = session.draft is not None
+        self.translated = bool(session.translated)
 
     def prompt_tokens(self, text: str) -> list[int]:
         return self.session.chat_prompt([{"role": "user", "content": text}])
+
+    def chat_tokens(self, messages: list[dict], max_tokens: int) -> tuple[list[int], int]:
+        return fit_chat(self.session, messages, max_tokens)
+
+    def set_history(self, turns: list[tuple[list[int], list[int]]]) -> None:
+        """The session's history index holds exactly these earlier turns, kept as the
+        session keeps a turn it answered (the prompt's tail, then the answer)."""
+        from ..session.core import HISTORY_PROMPT_TAIL
+
+        self.session.history.index.clear()
+        for prompt, answer in turns:
+            self.session.history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + list(answer))
 
     def run(self, prompt, config):
         self.session.check_fits(prompt, config.max_tokens)
@@ -129,16 +163,36 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": cores, "gpu": gpus[0].name if gpus else status, "os": platform.platform()}
 
 
-def schedule(suites: Sequence[Suite], configs: Sequence[BenchConfig], repeats: int) -> list[tuple[Suite, object, int, BenchConfig]]:
-    """Every (suite, prompt, repeat, config), configs rotated from repeat to repeat."""
+def schedule(
+    suites: Sequence[Suite], configs: Sequence[BenchConfig], repeats: int
+) -> list[tuple[Suite, Prompt, int, int, BenchConfig]]:
+    """Every (suite, prompt, repeat, turn index, config), turns in order within a
+    repeat (a turn replays the ones before it), configs rotated from one repeat (and
+    turn) to the next."""
     out = []
     n = len(configs)
     for suite in suites:
         for prompt in suite.prompts:
             for r in range(repeats):
-                for j in range(n):
-                    out.append((suite, prompt, r, configs[(j + r) % n]))
+                for t in range(len(prompt.messages)):
+                    for j in range(n):
+                        out.append((suite, prompt, r, t, configs[(j + r + t) % n]))
     return out
+
+
+def turn_id(prompt: Prompt, t: int) -> str:
+    """A run's ``prompt_id``: the prompt's id, or ``<task>/turn<n>`` in a multi-turn task."""
+    return prompt.id if len(prompt.messages) == 1 else f"{prompt.id}/turn{t + 1}"
+
+
+def chat_messages(prompt: Prompt, t: int, answers: Sequence[str]) -> list[dict]:
+    """Turn ``t``'s chat: the user's earlier messages with ``answers`` to them, then turn t's."""
+    msgs: list[dict] = []
+    for j in range(t):
+        msgs.append({"role": "user", "content": prompt.messages[j]})
+        msgs.append({"role": "assistant", "content": answers[j]})
+    msgs.append({"role": "user", "content": prompt.messages[t]})
+    return msgs
 
 
 def run_bench(
@@ -152,6 +206,7 @@ def run_bench(
 ) -> dict:
     if configs[0].proposer != "none":
         raise ValueError("the first config must be the baseline, none")
+    configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
     if not target.has_draft:
         missing = [c.name for c in configs if c.needs_draft]
         if missing:
@@ -171,13 +226,32 @@ def run_bench(
         if cancel is not None and cancel():
             raise Cancelled("the benchmark was cancelled")
 
-    tokens_cache: dict[tuple[str, str], list[int]] = {}
+    set_history = getattr(target, "set_history", None)
+    chat_tokens = getattr(target, "chat_tokens", None)
+    tokens_cache: dict[tuple, tuple[list[int], int]] = {}
+    # (suite, task, repeat) -> target alone's answers so far: (prompt tokens, answer tokens, text)
+    answers: dict[tuple[str, str, int], list[tuple[list[int], list[int], str]]] = {}
 
-    def tokens(suite: Suite, prompt) -> list[int]:
-        key = (suite.name, prompt.id)
+    def tokens(suite: Suite, prompt: Prompt, r: int = 0, t: int = 0) -> tuple[list[int], int]:
+        """Turn t's prompt tokens (the chat so far) and how many messages were left out."""
+        if t == 0:
+            key: tuple = (suite.name, prompt.id)
+            if key not in tokens_cache:
+                tokens_cache[key] = (target.prompt_tokens(prompt.text), 0)
+            return tokens_cache[key]
+        key = (suite.name, prompt.id, r, t)
         if key not in tokens_cache:
-            tokens_cache[key] = target.prompt_tokens(prompt.text)
+            earlier = answers.get((suite.name, prompt.id, r), [])
+            if len(earlier) < t:
+                raise SpecDeskError(f"{suite.name}/{prompt.id}: turn {t + 1} has no answer to turn {t} to replay")
+            msgs = chat_messages(prompt, t, [a[2] for a in earlier])
+            if chat_tokens is None:
+                raise SpecDeskError("this benchmark target cannot replay a chat; run single prompts")
+            tokens_cache[key] = chat_tokens(msgs, options.max_tokens)
         return tokens_cache[key]
+
+    def history_for(suite: Suite, prompt: Prompt, r: int, t: int) -> list[tuple[list[int], list[int]]]:
+        return [(p, a) for p, a, _ in answers.get((suite.name, prompt.id, r), [])[:t]]
 
     if options.warmup:
         target.warm_up()
@@ -185,24 +259,34 @@ def run_bench(
         for c in configs:
             check_cancel()
             target.reset()
-            target.run(tokens(first_suite, first_prompt), c.generation(sampling, min(16, options.max_tokens), options.seed))
+            if set_history is not None:
+                set_history([])
+            target.run(tokens(first_suite, first_prompt)[0], c.generation(sampling, min(16, options.max_tokens), options.seed))
             tick(f"warm-up {c.name}")
 
     runs: list[dict] = []
     baselines: dict[tuple[str, str, int], tuple[list[int], Generation]] = {}
     pending: dict[tuple[str, str, int], list[tuple[dict, Generation]]] = {}
-    for order, (suite, prompt, r, c) in enumerate(plan):
+    for order, (suite, prompt, r, t, c) in enumerate(plan):
         check_cancel()
-        toks = tokens(suite, prompt)
+        toks, dropped = tokens(suite, prompt, r, t)
         seed = options.seed + r
         target.reset()
+        if set_history is not None:
+            set_history(history_for(suite, prompt, r, t))
         gen = target.run(toks, c.generation(sampling, options.max_tokens, seed))
+        pid = turn_id(prompt, t)
         rec = {
             "suite": suite.name,
-            "prompt_id": prompt.id,
+            "prompt_id": pid,
+            "task": prompt.id,
+            "turn": t + 1,
+            "turns": len(prompt.messages),
             "repeat": r,
             "order": order,
             "config": c.name,
+            "prompt_tokens": len(toks),
+            "messages_left_out": dropped,
             "stats": gen.stats.to_dict(),
             "stop_reason": gen.stop_reason,
             "text": gen.text,
@@ -210,7 +294,9 @@ def run_bench(
             "divergence": None,
         }
         runs.append(rec)
-        key = (suite.name, prompt.id, r)
+        if c.proposer == "none" and t + 1 < len(prompt.messages):
+            answers.setdefault((suite.name, prompt.id, r), []).append((list(toks), list(gen.tokens), gen.text))
+        key = (suite.name, pid, r)
         if options.temperature == 0.0:
             if c.proposer == "none":
                 baselines[key] = (toks, gen)
@@ -222,7 +308,7 @@ def run_bench(
                 pending.setdefault(key, []).append((rec, gen))
         if on_run:
             on_run(rec)
-        tick(f"{suite.name}/{prompt.id} #{r + 1} {c.name}")
+        tick(f"{suite.name}/{pid} #{r + 1} {c.name}")
 
     result = {
         "meta": {
@@ -325,4 +411,66 @@ def summarize(runs: list[dict], configs: list[str]) -> dict:
         rs = [r for r in runs if r["config"] == c]
         if rs:
             overall.append({"config": c, **_aggregate(rs, ratios)})
-    return {"per_suite": per_suite, "overall": overall}
+    return {"per_suite": per_suite, "overall": overall, "per_turn": per_turn(runs, configs),
+            "history": history_gain(runs, configs)}
+
+
+def history_gain(runs: list[dict], configs: list[str]) -> list[dict]:
+    """History lookup on the turns that revise an earlier answer (2 and later): each
+    ``ngram+history`` configuration against target alone, and against the same n-gram
+    configuration without history (paired per run, median per prompt, then overall)."""
+    out = []
+    for c in configs:
+        if "+history" not in c:
+            continue
+        plain = c.replace("+history", "")
+        mine = later_turns(runs, c)
+        if mine is None:
+            continue
+        theirs = later_turns(runs, plain) if plain in configs else None
+        vs = later_turns(runs, c, baseline=plain) if theirs is not None else None
+        out.append({
+            "config": c,
+            "without_history": plain if theirs is not None else None,
+            "turns_from": 2,
+            "prompts": mine["prompts"],
+            "speedup": mine["speedup"],
+            "acceptance": mine["acceptance"],
+            "speedup_without_history": theirs["speedup"] if theirs else None,
+            "acceptance_without_history": theirs["acceptance"] if theirs else None,
+            "speedup_over_without_history": vs["speedup"] if vs else None,
+        })
+    return out
+
+
+def per_turn(runs: list[dict], configs: list[str]) -> list[dict]:
+    """One row per (suite, turn, config) of the suites with multi-turn tasks: the
+    same figures as per suite, over that turn's runs only."""
+    suites = list(dict.fromkeys(r["suite"] for r in runs if r.get("turns", 1) > 1))
+    out = []
+    for c in configs:
+        ratios = paired_ratios(runs, c)
+        for s in suites:
+            turns = sorted({r.get("turn", 1) for r in runs if r["suite"] == s})
+            for t in turns:
+                rs = [r for r in runs if r["suite"] == s and r["config"] == c and r.get("turn", 1) == t]
+                if not rs:
+                    continue
+                ids = {r["prompt_id"] for r in rs}
+                sub = {k: v for k, v in ratios.items() if k[0] == s and k[1] in ids}
+                out.append({"suite": s, "turn": t, "config": c, **_aggregate(rs, sub)})
+    return out
+
+
+def later_turns(runs: list[dict], config: str, baseline: str = "none", first: int = 2) -> dict | None:
+    """``config`` against target alone on turns ``first``.. of the multi-turn tasks:
+    the median over those (task, turn) prompts of the paired speedup, and the
+    acceptance; None when no run is on such a turn."""
+    later = {(r["suite"], r["prompt_id"]) for r in runs if r.get("turns", 1) > 1 and r.get("turn", 1) >= first}
+    if not later:
+        return None
+    ratios = {k: v for k, v in paired_ratios(runs, config, baseline).items() if k in later}
+    rs = [r for r in runs if r["config"] == config and (r["suite"], r["prompt_id"]) in later]
+    if not rs:
+        return None
+    return {"config": config, "turns_from": first, **_aggregate(rs, ratios)}

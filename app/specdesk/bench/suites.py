@@ -1,11 +1,14 @@
 """Benchmark prompt suites: the built-in ones shipped in data/suites, and user files.
 
-A suite is a list of prompts, each sent as one user chat message. Built-in suites are
-JSONL files (one {"id", "prompt", "note"} object a line). A user may pass:
+A suite is a list of prompts, each sent as one user chat message, or of multi-turn
+tasks: several user messages sent one after the other in the same chat, each answered
+before the next (the runner replays the earlier turns, answers included, as the
+app's chat does). Built-in suites are JSONL files (one {"id", "prompt", "note"} or
+{"id", "turns", "note"} object a line). A user may pass:
 
-- a ``.jsonl`` file: one JSON object a line with at least a "prompt" string, and
-  optionally "id" and "note" (ids default to ``<file stem>-<line number>``);
-  blank lines are skipped;
+- a ``.jsonl`` file: one JSON object a line with a "prompt" string or a "turns"
+  list of strings (the user's messages, in order), and optionally "id" and "note"
+  (ids default to ``<file stem>-<line number>``); blank lines are skipped;
 - any other file, read as plain text: prompts separated by blank lines, so a prompt
   may span several lines. If the file contains a line that is exactly ``---``, then
   ``---`` lines are the only separators and prompts may contain blank lines (code,
@@ -47,9 +50,17 @@ class SuiteError(SpecDeskError):
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    text: str
+    text: str  # the first (or only) user message
     suite: str
     note: str = ""
+    # A multi-turn task: every user message in order (the first is ``text``);
+    # empty for a single prompt.
+    turns: tuple[str, ...] = ()
+
+    @property
+    def messages(self) -> tuple[str, ...]:
+        """The user's messages, one per turn (a single prompt has one)."""
+        return self.turns or (self.text,)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ BUILTIN: tuple[str, ...] = (
     "code_editing",
     "chat_qa",
     "creative",
+    "multi_turn",
 )
 
 _DESCRIPTIONS: dict[str, str] = {
@@ -79,6 +91,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "the output repeats the prompt, where n-gram lookup shines",
     "chat_qa": "short factual and explanatory answers in prose: moderate acceptance",
     "creative": "poems, micro-stories, brainstorming: high-entropy text where speculation helps least",
+    "multi_turn": "three-turn chats where turns 2 and 3 revise the first answer (code, a document): "
+    "the earlier answers are replayed, so history lookup can copy from them",
 }
 
 ALL = "all"
@@ -146,11 +160,26 @@ def _parse_jsonl(path: Path, text: str, name: str) -> list[Prompt]:
             raise _err(f"{path} line {lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
             raise _err(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-        prompt = obj.get("prompt")
-        if not isinstance(prompt, str):
-            raise _err(f'{path} line {lineno}: no "prompt" string')
-        if not prompt.strip():
-            raise _err(f"{path} line {lineno}: empty prompt")
+        turns: tuple[str, ...] = ()
+        if "turns" in obj:
+            raw_turns = obj["turns"]
+            if "prompt" in obj:
+                raise _err(f'{path} line {lineno}: give "prompt" or "turns", not both')
+            if not isinstance(raw_turns, list) or not raw_turns or not all(isinstance(t, str) for t in raw_turns):
+                raise _err(f'{path} line {lineno}: "turns" must be a non-empty list of strings')
+            empty = next((i for i, t in enumerate(raw_turns, start=1) if not t.strip()), None)
+            if empty is not None:
+                raise _err(f"{path} line {lineno}: turn {empty} is empty")
+            turns = tuple(t.strip() for t in raw_turns)
+            prompt = turns[0]
+            if len(turns) == 1:
+                turns = ()
+        else:
+            prompt = obj.get("prompt")
+            if not isinstance(prompt, str):
+                raise _err(f'{path} line {lineno}: no "prompt" string (or "turns" list)')
+            if not prompt.strip():
+                raise _err(f"{path} line {lineno}: empty prompt")
         pid = obj.get("id", None)
         if pid is None:
             pid = f"{name}-{lineno}"
@@ -167,7 +196,7 @@ def _parse_jsonl(path: Path, text: str, name: str) -> list[Prompt]:
         if pid in seen:
             raise _err(f"{path} line {lineno}: duplicate id {pid!r} (first on line {seen[pid]})")
         seen[pid] = lineno
-        prompts.append(Prompt(id=pid, text=prompt.strip(), suite=name, note=note.strip()))
+        prompts.append(Prompt(id=pid, text=prompt.strip(), suite=name, note=note.strip(), turns=turns))
     return prompts
 
 

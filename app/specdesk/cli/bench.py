@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..bench.advisor import advise, advisor_section, calibrate
-from ..bench.configs import DEFAULT_CONFIGS, parse_configs
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
 from ..bench.report import check_writable, markdown, write_report
 from ..bench.runner import BenchOptions, SessionTarget, run_bench
 from ..bench.suites import describe_builtin, load_suite
@@ -26,7 +26,9 @@ def add_parsers(sub) -> None:
     add_model_options(b)
     g = b.add_argument_group("benchmark")
     g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt/.jsonl file")
-    g.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma-separated (default: {DEFAULT_CONFIGS})")
+    g.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help=f"comma-separated (default: {DEFAULT_CONFIGS}); also translated (a draft with another "
+                   "vocabulary) and ngram+history (n-gram lookup over the earlier turns too)")
     g.add_argument("--repeats", type=positive_int("repeats"), default=3)
     g.add_argument("--max-tokens", type=positive_int("max tokens"), default=128)
     g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0)
@@ -44,7 +46,8 @@ def add_parsers(sub) -> None:
 def cmd_bench(args) -> int:
     if args.list_suites:
         for name, n, desc in describe_builtin():
-            print(f"{name:<18} {n:>2} prompts  {desc}")
+            what = "tasks  " if name == "multi_turn" else "prompts"
+            print(f"{name:<18} {n:>2} {what}  {desc}")
         return 0
     configs = parse_configs(args.configs)
     suites = load_suite(args.suite)
@@ -52,6 +55,11 @@ def cmd_bench(args) -> int:
     check_writable(out)  # fail before any model work when the report could not be written
     need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
     with load_session(args, need_draft) as s:
+        # on a draft with another vocabulary, draft configs run (and are named) translated
+        configs = resolve_configs(configs, s.translated)
+        if s.translated:
+            print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
+                  file=sys.stderr)
         cal = None
         if not args.no_advisor:
             with progress_bar(total=100, desc="calibrating", leave=False, bar_format="{desc:<40.40} {percentage:3.0f}%|{bar}|") as bar:
@@ -64,7 +72,7 @@ def cmd_bench(args) -> int:
             s.auto.costs = copy.deepcopy(cal.costs)  # auto starts from the measured costs
             print(f"calibrated in {cal.seconds:.1f} s: a verify batch of 4 costs {cal.verify_ratio(4):.2f} steps, "
                   f"a draft token {cal.draft_ratio(1):.2f}", file=sys.stderr)
-        n_runs = sum(len(x.prompts) for x in suites) * args.repeats * len(configs)
+        n_runs = sum(len(p.messages) for x in suites for p in x.prompts) * args.repeats * len(configs)
         with progress_bar(total=n_runs + (0 if args.no_warmup else len(configs)), desc="bench", unit="run") as bar:
             def progress(done: int, total: int, what: str) -> None:
                 bar.set_postfix_str(what[-40:], refresh=False)

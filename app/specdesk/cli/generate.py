@@ -50,13 +50,15 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = None) -> str:
+def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = None, translated: bool = False) -> str:
     base, spec = res.baseline, res.speculative
+    # a draft with another vocabulary drafts translated text: say so (as the bench names it)
+    label = "translated" + cfg.describe()[len("draft"):] if translated and cfg.proposer == "draft" else cfg.describe()
     b, s = base.stats, spec.stats
     mem_b = sum(m["total_bytes"] for m in res.baseline_memory["models"].values())
     mem_s = sum(m["total_bytes"] for m in res.speculative_memory["models"].values())
     rows = [
-        ("", "target alone", f"speculative ({cfg.describe()})"),
+        ("", "target alone", f"speculative ({label})"),
         ("tokens/s", format_num(b.tokens_per_second, "{:.1f}"), format_num(s.tokens_per_second, "{:.1f}")
          + (f"  ({res.speedup:.2f}x)" if res.speedup else "")),
         ("generated tokens", str(b.generated), str(s.generated)),
@@ -98,10 +100,11 @@ def cmd_compare(args) -> int:
         if args.json:
             out = res.to_dict()
             out["drift"] = drift
+            out["translated"] = s.translated
             out["exactness"] = claim_text(drift, cfg.sampling.temperature)
             if res.divergence is not None:
                 out["divergence"]["explanation"] = verdict_text(res.divergence.to_dict(), drift)
             print(dump_json(out))
         else:
-            print(format_compare(res, cfg, drift))
+            print(format_compare(res, cfg, drift, translated=s.translated))
     return 0

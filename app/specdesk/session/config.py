@@ -44,6 +44,9 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     max_tokens: int = 256
+    # ngram only: also look up the earlier turns (the session's history), as hybrid
+    # does, without a draft model (hybrid always does; the other proposers never).
+    history: bool = False
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:

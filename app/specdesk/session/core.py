@@ -288,7 +288,8 @@ class Session:
         if config.proposer == "none":
             return NoProposer()
         if config.proposer == "ngram":
-            return NgramProposer()
+            # with history: the longest match across prompt, output and earlier turns
+            return HybridProposer(NoProposer(), history=self.history) if config.history else NgramProposer()
         if self.draft is None:
             raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
         if self.translated:

@@ -32,6 +32,7 @@ CSV_FIELDS = [
     "divergence_verdict",
     "divergence_margin",
     "stop_reason",
+    "turn",
 ]
 
 # The stats fields copied into the CSV as they are.
@@ -49,7 +50,7 @@ def csv_text(result: dict) -> str:
         div = run.get("divergence") or {}
         row = [run.get("suite"), run.get("prompt_id"), run.get("repeat"), run.get("order"), run.get("config")]
         row += [stats.get(k) for k in _STATS_FIELDS]
-        row += [run.get("identical"), div.get("verdict"), div.get("margin"), run.get("stop_reason")]
+        row += [run.get("identical"), div.get("verdict"), div.get("margin"), run.get("stop_reason"), run.get("turn", 1)]
         w.writerow([_csv_cell(v) for v in row])
     return buf.getvalue()
 

@@ -43,6 +43,8 @@ def markdown(result: dict) -> str:
         lines.extend(_table(rows, ranges=True))
         lines.append("")
 
+    lines.extend(_turns_section(result, configs))
+
     if overall:
         lines.append("## All suites")
         lines.append("")
@@ -126,6 +128,43 @@ def _table(rows: list[dict], ranges: bool) -> list[str]:
     return out
 
 
+def _turns_section(result: dict, configs: list[str]) -> list[str]:
+    """Multi-turn suites: one table per suite with a row per (turn, config), then
+    history lookup against n-gram lookup without history on the later turns."""
+    summary = result.get("summary") or {}
+    rows = [r for r in summary.get("per_turn") or [] if isinstance(r, dict)]
+    lines: list[str] = []
+    c_rank = {c: i for i, c in enumerate(configs)}
+    for suite in dict.fromkeys(r.get("suite") for r in rows):
+        mine = sorted((r for r in rows if r.get("suite") == suite),
+                      key=lambda r: (r.get("turn") or 0, c_rank.get(r.get("config"), len(c_rank))))
+        lines += [f"## {_md_cell(suite)} by turn", "",
+                  "Turn n's prompt holds the chat so far: turns 2 and 3 revise the first answer, "
+                  "and history lookup can copy from the earlier turns.", ""]
+        table = _table(mine, ranges=True)
+        lines.append("| turn " + table[0])
+        lines.append("|--:" + table[1])
+        lines += [f"| {r.get('turn')} " + line for r, line in zip(mine, table[2:])]
+        lines.append("")
+    for h in summary.get("history") or []:
+        if not isinstance(h, dict):
+            continue
+        s, a = _num(h.get("speedup")), _num(h.get("acceptance"))
+        text = (f"**History lookup on turns {h.get('turns_from', 2)}+** ({h.get('prompts')} prompts): "
+                f"`{_md_cell(h.get('config'))}` {DASH if s is None else f'{s:.2f}×'} target alone, "
+                f"acceptance {_pct(a)}")
+        if h.get("without_history"):
+            s0, a0 = _num(h.get("speedup_without_history")), _num(h.get("acceptance_without_history"))
+            r = _num(h.get("speedup_over_without_history"))
+            text += (f"; without history (`{_md_cell(h['without_history'])}`) {DASH if s0 is None else f'{s0:.2f}×'}, "
+                     f"acceptance {_pct(a0)}: history lookup is {DASH if r is None else f'{r:.2f}×'} "
+                     f"the n-gram lookup without history (paired per run).")
+        else:
+            text += "."
+        lines += [text, ""]
+    return lines
+
+
 def _header_line(meta: dict) -> str:
     machine = meta.get("machine") or {}
     settings = meta.get("settings") or {}
@@ -164,7 +203,8 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
     if preds:
         s_rank = {s: i for i, s in enumerate(suites)}
         c_rank = {c: i for i, c in enumerate(configs)}
-        preds.sort(key=lambda p: (s_rank.get(p.get("suite"), len(s_rank)), c_rank.get(p.get("config"), len(c_rank))))
+        preds.sort(key=lambda p: (s_rank.get(p.get("suite"), len(s_rank)), p.get("turn") or 0,
+                                  c_rank.get(p.get("config"), len(c_rank))))
         lines.append("Speedup predicted from the measured costs and acceptance, against the speedup measured:")
         lines.append("")
         lines.append("| suite | config | predicted | measured | error |")
@@ -172,11 +212,12 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
         errors = []
         for p in preds:
             err = _num(p.get("error"))
-            if err is not None:
+            if err is not None and not p.get("turn"):  # turns are a breakdown of their suite's row
                 errors.append(abs(err))
             pred, meas = _num(p.get("predicted_speedup")), _num(p.get("measured_speedup"))
+            where = _md_cell(p.get("suite")) + (f" turn {p['turn']}" if p.get("turn") else "")
             lines.append(
-                f"| {_md_cell(p.get('suite'))} | `{_md_cell(p.get('config'))}` | "
+                f"| {where} | `{_md_cell(p.get('config'))}` | "
                 f"{DASH if pred is None else f'{pred:.2f}×'} | {DASH if meas is None else f'{meas:.2f}×'} | "
                 f"{DASH if err is None else f'{err * 100:.1f}%'} |"
             )
