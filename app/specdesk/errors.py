@@ -24,3 +24,8 @@ class FetchError(SpecDeskError):
 
 class Cancelled(SpecDeskError):
     """The user cancelled a long operation."""
+
+
+class RpcError(SpecDeskError):
+    """An RPC server (llama.cpp's RPC backend) that cannot be used: unreachable, refusing,
+    another protocol version, gone mid-generation, or a build without RPC."""

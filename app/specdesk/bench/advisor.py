@@ -99,6 +99,8 @@ class Calibration:
     # how the draft model drafts: "draft" (same vocabulary) or "translated" (another
     # vocabulary, its text re-tokenized): its costs and acceptance are that proposer's
     draft_source: str = "draft"
+    # the RPC servers the target's layers are on: every target step pays their round trip
+    remote: tuple[str, ...] = ()
 
     @property
     def step(self) -> float:
@@ -122,7 +124,14 @@ class Calibration:
             "drift": self.drift.to_dict() if self.drift is not None else None,
             "quant_upgrade": self.quant_upgrade.to_dict() if self.quant_upgrade is not None else None,
             "draft_source": self.draft_source,
+            "remote": list(self.remote),
+            "verify_per_token": {str(b): self.verify_per_token(b) for b in range(1, self.k_max + 2)},
         }
+
+    def verify_per_token(self, b: int) -> float:
+        """What each token of a verify batch of ``b`` costs, in target steps: below 1
+        when the batch shares a fixed cost (a network round trip, a GPU launch)."""
+        return self.verify_ratio(b) / b
 
 
 def _median_time(fn: Callable[[], None], reps: int) -> float:
@@ -311,6 +320,7 @@ def calibrate(
         drift=kernel_drift,
         quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
         draft_source="translated" if translated else "draft",
+        remote=tuple(getattr(session.target.spec, "rpc", ()) or ()),
     )
 
 
@@ -448,6 +458,13 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
     if cal.draft_acceptance is not None:
         why += f" and one draft step {d1:.2f} of a step"
     parts = []
+    if cal.remote:
+        per = min(range(2, cal.k_max + 2), key=cal.verify_per_token)
+        parts.append(
+            f"The target runs on {', '.join(cal.remote)} over RPC: a single step pays the network's round trip for one "
+            f"token, a verify batch pays it once for all of them, so per token a batch of {per} costs "
+            f"{cal.verify_per_token(per):.2f} of a step ({cal.verify_ratio(per):.2f} steps for {per} tokens)."
+        )
     if best != "none":
         parts.append(f"Speculation pays on this machine: {best} is predicted at {best_x:.2f}× target alone ({why}).")
     else:

@@ -15,7 +15,7 @@ from typing import Callable, Protocol, Sequence
 
 from .. import __version__
 from ..errors import SpecDeskError
-from . import bench, doctor, generate, models
+from . import bench, doctor, generate, models, rpc
 from .args import Parser, add_generation_options, add_model_options
 from .output import EXIT_USAGE, error
 
@@ -49,6 +49,7 @@ def build_parser() -> Parser:
     models.add_parsers(sub)
     bench.add_parsers(sub)
     doctor.add_parser(sub)
+    rpc.add_parser(sub)
     sub.add_parser("gui", help="open the app (the same as no command)")
     return p
 
@@ -60,6 +61,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "bench": bench.cmd_bench,
     "advise": bench.cmd_advise,
     "doctor": doctor.cmd_doctor,
+    "rpc-server": rpc.cmd_rpc_server,
 }
 
 

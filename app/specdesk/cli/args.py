@@ -4,6 +4,7 @@ and turning parsed options into the session's specs and configs."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from ..errors import ModelFileError, SpecDeskError
 from ..library.defaults import default_models
 from ..session import PROPOSERS, GenerationConfig, ModelSpec, Session, gpu_layers_note
+from ..session.remote import parse_endpoints, parse_split, plan_placement, require_rpc, set_lost_handler
 from ..speculative.sampling import SamplingParams
 from .output import EXIT_USAGE
 
@@ -72,6 +74,37 @@ def float_in(name: str, lo: float, hi: float | None, lo_open: bool = False, hi_o
     return parse
 
 
+def rpc_endpoints(v: str) -> tuple[str, ...]:
+    try:
+        eps = parse_endpoints(v)
+    except SpecDeskError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not eps:
+        raise argparse.ArgumentTypeError("--rpc needs at least one host:port")
+    return eps
+
+
+def tensor_split(v: str) -> tuple[float, ...]:
+    try:
+        return parse_split(v)
+    except SpecDeskError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def use_rpc(endpoints) -> None:
+    """Before anything talks to an RPC server: the build must have the backend, and a
+    server lost mid-step ends the command with one line (llama.cpp would abort)."""
+    if not endpoints:
+        return
+    require_rpc()
+
+    def lost(message: str) -> None:
+        print(f"specdesk: error: {message}", file=sys.stderr, flush=True)
+        os._exit(EXIT_USAGE)
+
+    set_lost_handler(lost)
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", type=Path, help="target GGUF (default: the default pair's target in models/)")
@@ -81,6 +114,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-layers", type=non_negative_int("GPU layers"), default=0, help="target layers to offload to the GPU")
     g.add_argument("--draft-gpu-layers", type=non_negative_int("draft GPU layers"), default=None,
                    help="draft layers to offload (default: same as --gpu-layers)")
+    g.add_argument("--rpc", type=rpc_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                   help="place the target's layers on these RPC servers (`specdesk rpc-server` on each) and the local "
+                        "devices; the draft stays local")
+    g.add_argument("--tensor-split", type=tensor_split, default=None, metavar="SHARES",
+                   help="the target's share per device, remote ones first, then local GPUs, and optionally the local CPU "
+                        "last, e.g. 3,1 (default: llama.cpp splits by free memory)")
     g.add_argument("--same-vocab-only", action="store_true",
                    help="refuse a draft with another vocabulary instead of drafting translated (re-tokenized) text")
 
@@ -121,7 +160,10 @@ def warn_gpu_layers(n_gpu_layers: int) -> None:
 def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None]:
     warn_gpu_layers(max(args.gpu_layers, args.draft_gpu_layers or 0))
     target = args.target or default_model_path("target")
-    t = ModelSpec(target, n_gpu_layers=args.gpu_layers, threads=args.threads, n_ctx=args.ctx)
+    rpc = tuple(getattr(args, "rpc", ()) or ())
+    split = getattr(args, "tensor_split", None)
+    use_rpc(rpc)
+    t = ModelSpec(target, n_gpu_layers=args.gpu_layers, threads=args.threads, n_ctx=args.ctx, rpc=rpc, tensor_split=split)
     if not need_draft:
         return t, None
     draft = args.draft or default_model_path("draft")
@@ -133,6 +175,9 @@ def load_session(args, need_draft: bool) -> Session:
     """The models the options name; a draft with another vocabulary drafts translated
     unless ``--same-vocab-only``."""
     t, d = specs_from_args(args, need_draft=need_draft)
+    if t.rpc or t.tensor_split:
+        where = plan_placement(t.path, t.n_gpu_layers, t.rpc, t.tensor_split)
+        print(f"specdesk: note: target {t.path.name}: {where.describe()}; the draft stays local", file=sys.stderr)
     s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False))
     if s.translated:
         print(f"specdesk: note: {d.path.name} has another vocabulary than {t.path.name} "

@@ -101,6 +101,8 @@ def cmd_advise(args) -> int:
     print(f"measured in {cal.seconds:.1f} s at a {cal.context_tokens}-token context:")
     print(f"  one target step: {1000 * cal.step:.1f} ms")
     print("  verify batch b:  " + "  ".join(f"b={b} {cal.verify_ratio(b):.2f}" for b in range(2, cal.k_max + 2)) + "  (in target steps)")
+    print("  per verified token: " + "  ".join(f"b={b} {cal.verify_per_token(b):.2f}" for b in range(2, cal.k_max + 2))
+          + "  (in target steps" + (f"; over RPC to {', '.join(cal.remote)}" if cal.remote else "") + ")")
     print("  draft of k:      " + "  ".join(f"k={k} {cal.draft_ratio(k):.2f}" for k in range(1, cal.k_max + 1)) + "  (in target steps)")
     if cal.draft_acceptance is not None:
         print("  acceptance by draft position: " + "  ".join(f"{a:.2f}" for a in cal.draft_acceptance.alphas(cal.k_max)))

@@ -13,6 +13,8 @@ from ..library.defaults import default_models, is_present
 from ..library.discovery import scan
 from ..paths import models_dir, user_cache_dir, user_data_dir
 from ..session import backends, build_info, devices, gpu_build_hint, supports_gpu_offload
+from ..session.remote import reinstall_command, rpc_supported
+from .args import rpc_endpoints, use_rpc
 from .output import dump_json
 
 
@@ -20,6 +22,8 @@ def add_parser(sub) -> None:
     d = sub.add_parser("doctor", help="the llama.cpp build, devices and memory, models and folders: what SpecDesk can use here")
     d.add_argument("--json", action="store_true")
     d.add_argument("--no-scan", action="store_true", help="skip the library scan (models found)")
+    d.add_argument("--rpc", type=rpc_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                   help="also list the devices of these RPC servers, with their memory")
 
 
 def report(scan_library: bool = True) -> dict:
@@ -46,6 +50,7 @@ def report(scan_library: bool = True) -> dict:
             "none: this llama.cpp has no GPU backend, so --gpu-layers and the app's GPU layers are ignored",
             "fix": None if offload else gpu_build_hint(),
         },
+        "rpc": {"supported": rpc_supported(), "fix": None if rpc_supported() else reinstall_command()},
         "ram": {"total_bytes": vm.total, "available_bytes": vm.available},
         "folders": {"models": str(models_dir()), "data": str(user_data_dir()), "cache": str(user_cache_dir())},
         "default_pair": [
@@ -69,12 +74,19 @@ def _text(r: dict) -> str:
         "devices:",
     ]
     for d in r["devices"]:
-        lines.append(f"  {d['name']:<12} {d['kind']:<11} {format_bytes(d['free_bytes'])} free of "
-                     f"{format_bytes(d['total_bytes'])}  ({d['description']})")
+        if d.get("error"):
+            lines.append(f"  {d['name']:<12} remote      unreachable: {d['error']}")
+            continue
+        kind = "remote" if d.get("is_remote") else d["kind"]
+        lines.append(f"  {d['name']:<12} {kind:<11} {format_bytes(d['free_bytes'])} free of "
+                     f"{format_bytes(d['total_bytes'])}  ({'RPC server ' if d.get('is_remote') else ''}{d['description']})")
     g = r["gpu_offload"]
     lines.append(f"GPU offload: {'yes' if g['supported'] else 'no'}: {g['gpu_layers_effect']}")
     if g["fix"]:
         lines.append(f"  to offload: {g['fix']}")
+    rpc = r.get("rpc") or {}
+    lines.append("RPC backend: " + ("yes (`specdesk rpc-server` serves this machine; --rpc uses others)" if rpc.get("supported")
+                                    else f"no: reinstall with {rpc.get('fix')}"))
     lines.append(f"RAM: {format_bytes(r['ram']['available_bytes'])} free of {format_bytes(r['ram']['total_bytes'])}")
     for m in r["default_pair"]:
         state = "verified" if m["verified"] else ("present, not verified" if m["present"] else "missing: specdesk models fetch-default")
@@ -88,6 +100,11 @@ def _text(r: dict) -> str:
 
 
 def cmd_doctor(args) -> int:
+    if getattr(args, "rpc", ()):
+        from ..session.remote import register_servers
+
+        use_rpc(args.rpc)
+        register_servers(args.rpc)
     r = report(scan_library=not args.no_scan)
     print(dump_json(r) if args.json else _text(r))
     return 0

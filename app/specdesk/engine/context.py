@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import Cancelled, ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
 from .model import Buffer, Model, capture_buffers, default_threads
+from .rpc import check_alive
 
 
 class Context:
@@ -31,6 +32,9 @@ class Context:
         if n_ctx <= 0:
             raise SpecDeskError(f"context size must be positive, got {n_ctx}")
         self.model = model
+        self._rpc = tuple(getattr(model, "rpc_endpoints", ()))
+        if self._rpc:
+            check_alive(self._rpc)
         self.threads = threads or default_threads()
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -115,6 +119,8 @@ class Context:
         return out
 
     def _decode(self, tokens: Sequence[int], want: np.ndarray) -> np.ndarray:
+        if self._rpc:
+            check_alive(self._rpc)  # llama.cpp would abort on a server that has gone
         m = len(tokens)
         p0 = self.n_past
         self._tok[:m] = tokens

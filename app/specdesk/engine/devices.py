@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 from llama_cpp._ggml import libggml
 
+from ..errors import SpecDeskError
 from .model import ensure_backend
 
 # enum ggml_backend_dev_type, in ggml-backend.h's order
@@ -56,40 +58,90 @@ class Device:
     backend: str  # the backend that registered it: CPU, CUDA, Vulkan, Metal, RPC, ...
     free_bytes: int
     total_bytes: int
+    #: why the memory is unknown (an RPC server that does not answer); "" when it is known
+    error: str = ""
+
+    @property
+    def is_remote(self) -> bool:
+        return self.backend == "RPC"
+
+    @property
+    def endpoint(self) -> str | None:
+        """host:port of the RPC server that offers this device (its description)."""
+        return self.description if self.is_remote else None
 
     @property
     def is_gpu(self) -> bool:
-        return self.kind in ("GPU", "iGPU")
+        """A local GPU (an RPC server's device reports itself as a GPU too)."""
+        return self.kind in ("GPU", "iGPU") and not self.is_remote
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "is_gpu": self.is_gpu}
+        return {**asdict(self), "is_gpu": self.is_gpu, "is_remote": self.is_remote}
 
 
 def _text(b: bytes | None) -> str:
     return (b or b"").decode("utf-8", "replace")
 
 
-def devices() -> list[Device]:
-    """Every device the installed llama.cpp registered, with its memory now."""
+def devices(memory: bool = True, remote: Sequence[str] | None = None) -> list[Device]:
+    """Every device the installed llama.cpp registered, with its memory now.
+
+    A remote (RPC) device is asked only after its server answered a handshake or its
+    connection is still open (llama.cpp aborts on a dead one): otherwise its memory
+    reads 0 and ``error`` says why. ``memory=False`` asks no device at all; ``remote``
+    limits the servers asked to these endpoints (the others read 0, "not asked")."""
     ensure_backend()
     _bind()
     lib = libggml
     out = []
+    reasons: dict[str, str | None] = {}
     for i in range(int(lib.ggml_backend_dev_count())):
         dev = lib.ggml_backend_dev_get(i)
         if not dev:
             continue
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         reg = lib.ggml_backend_dev_backend_reg(dev)
+        backend = _text(lib.ggml_backend_reg_name(reg)) if reg else "?"
+        description = _text(lib.ggml_backend_dev_description(dev))
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        error = ""
+        if memory and backend == "RPC" and remote is not None and description not in remote:
+            error = "not asked"
+        elif memory and backend == "RPC":
+            from .rpc import unreachable_reason
+
+            if description not in reasons:
+                reasons[description] = unreachable_reason(description)
+            error = reasons[description] or ""
+        if memory and not error:
+            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         out.append(Device(
             name=_text(lib.ggml_backend_dev_name(dev)),
-            description=_text(lib.ggml_backend_dev_description(dev)),
+            description=description,
             kind=_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "unknown"),
-            backend=_text(lib.ggml_backend_reg_name(reg)) if reg else "?",
+            backend=backend,
             free_bytes=int(free.value),
             total_bytes=int(total.value),
+            error=error,
         ))
+    return out
+
+
+def handles(names: Sequence[str]) -> list[int]:
+    """ggml device handles by name (``CPU``, ``CUDA0``, ``RPC0``); an unknown name is an
+    error that lists the known ones."""
+    ensure_backend()
+    _bind()
+    lib = libggml
+    known = {}
+    for i in range(int(lib.ggml_backend_dev_count())):
+        dev = lib.ggml_backend_dev_get(i)
+        if dev:
+            known[_text(lib.ggml_backend_dev_name(dev))] = dev
+    out = []
+    for n in names:
+        if n not in known:
+            raise SpecDeskError(f"no device named {n!r} here: choose from {', '.join(known) or 'none'}")
+        out.append(known[n])
     return out
 
 

@@ -25,6 +25,7 @@ class ModelMemory:
     repack_bytes: int = 0  # weights repacked for this CPU: an extra copy in RAM
     compute_bytes: int = 0  # compute graph and output buffers
     vram_bytes: int = 0  # the part of all the above that lives on a GPU
+    remote_bytes: int = 0  # the part that lives on other machines (RPC servers)
 
     @property
     def total_bytes(self) -> int:
@@ -32,7 +33,7 @@ class ModelMemory:
 
     @property
     def ram_bytes(self) -> int:
-        return self.total_bytes - self.vram_bytes
+        return self.total_bytes - self.vram_bytes - self.remote_bytes
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,12 @@ class Buffer:
 
     @property
     def on_gpu(self) -> bool:
-        return not self.device.startswith(_HOST_DEVICES)
+        return not self.device.startswith(_HOST_DEVICES) and not self.remote
+
+    @property
+    def remote(self) -> bool:
+        """On another machine's device, through llama.cpp's RPC backend."""
+        return self.device.startswith("RPC")
 
 
 @contextlib.contextmanager
@@ -123,8 +128,14 @@ def default_threads() -> int:
 
 
 def supports_gpu_offload() -> bool:
+    """Whether a local GPU backend is built in (llama.cpp also says yes for a build
+    whose only offload target is the RPC backend: that one is not a local GPU)."""
     ensure_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    if not llama_cpp.llama_supports_gpu_offload():
+        return False
+    from .devices import backends
+
+    return any(b not in ("CPU", "RPC", "BLAS") for b in backends())
 
 
 def system_info() -> str:
@@ -175,14 +186,27 @@ class Model:
         n_gpu_layers: int = 0,
         progress: Callable[[float], bool] | None = None,
         vocab_only: bool = False,
+        devices: list[int] | None = None,
+        tensor_split: list[float] | None = None,
+        rpc_endpoints: tuple[str, ...] = (),
     ) -> None:
         ensure_backend()
         self.path = Path(path)
         self.n_gpu_layers = n_gpu_layers
+        #: the RPC servers this model's layers live on (checked before each step)
+        self.rpc_endpoints = tuple(rpc_endpoints)
         self._model = None
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        if devices is not None:
+            # the devices to offload to, NULL-terminated; an empty list keeps every layer on the CPU
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if tensor_split:
+            n = int(llama_cpp.llama_max_devices())
+            self._split = (ctypes.c_float * n)(*(list(tensor_split)[:n] + [0.0] * max(0, n - len(tensor_split))))
+            params.tensor_split = self._split
         self.vocab_only = vocab_only
         cancelled = [False]
         if progress is not None:

@@ -27,9 +27,19 @@ class ModelSpec:
     n_gpu_layers: int = 0
     threads: int | None = None
     n_ctx: int = 4096
+    #: RPC servers (host:port) to place this model's layers on, with the local devices
+    rpc: tuple[str, ...] = ()
+    #: shares of the offloaded layers per device (remote first, then local GPUs; the local CPU last, optional)
+    tensor_split: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path).expanduser())
+        if self.rpc:
+            from ..engine.rpc import parse_endpoints
+
+            object.__setattr__(self, "rpc", parse_endpoints(self.rpc))
+        if self.tensor_split is not None:
+            object.__setattr__(self, "tensor_split", tuple(float(x) for x in self.tensor_split))
         if self.n_ctx <= 0:
             raise SpecDeskError(f"context size must be positive, got {self.n_ctx}")
         if self.threads is not None and self.threads <= 0:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from ..engine.chat import render_chat
 from ..engine.context import Context
+from ..engine.devices import handles
 from ..engine.memory import MemoryReport, ModelMemory, report
 from ..engine.model import Model
 from ..engine.tokenizer import ModelTokenizer
@@ -31,7 +32,7 @@ from ..speculative.proposers import (
     NoProposer,
     TranslatedDraftProposer,
 )
-from . import costcache
+from . import costcache, remote
 from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class LoadedModel:
         kv = sum(b.bytes for b in cb if b.kind == "KV") or int(self.model.kv_bytes_per_token() * self.ctx.n_ctx)
         compute = sum(b.bytes for b in cb if b.kind in ("compute", "output"))
         vram = sum(b.bytes for b in mb + cb if b.on_gpu)
+        remote_b = sum(b.bytes for b in mb + cb if b.remote)
         return ModelMemory(
             role=self.role,
             path=str(self.spec.path),
@@ -75,6 +77,7 @@ class LoadedModel:
             repack_bytes=int(repack),
             compute_bytes=int(compute),
             vram_bytes=int(vram),
+            remote_bytes=int(remote_b),
         )
 
     def close(self) -> None:
@@ -91,13 +94,28 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
         def cb(p: float) -> bool:
             return progress(f"loading {role} {name}", lo + (hi - lo) * p)
 
-    model = Model(spec.path, n_gpu_layers=spec.n_gpu_layers, progress=cb)
+    placement = _placement(spec)
+    if placement is None:
+        model = Model(spec.path, n_gpu_layers=spec.n_gpu_layers, progress=cb)
+    else:
+        model = Model(spec.path, n_gpu_layers=placement.n_gpu_layers, progress=cb, devices=None if placement.device_names is None else handles(placement.device_names),
+                      tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints)
     try:
         ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
     except BaseException:
         model.close()
         raise
     return LoadedModel(role, spec, model, ctx)
+
+
+def _placement(spec: ModelSpec):
+    """Where the layers go: across the RPC servers the spec names (and local devices),
+    or, once any server is registered in this process, local devices only (the draft
+    stays local); None leaves it to llama.cpp as before."""
+    if spec.rpc or spec.tensor_split:
+        return remote.plan_placement(spec.path, spec.n_gpu_layers, spec.rpc, spec.tensor_split)
+    local = remote.local_placement()
+    return None if local is None else replace(local, n_gpu_layers=spec.n_gpu_layers)
 
 
 class Session:
@@ -149,6 +167,8 @@ class Session:
         """Seed ``auto`` with the costs measured last time on this pair and setup, and
         save what it measures when the session closes."""
         t, d = self.target.spec, self.draft.spec if self.draft is not None else None
+        if t.rpc:
+            return  # over a network the costs change with it: auto measures them afresh
         try:
             self._costs_key = costcache.pair_key(
                 t.path, t.threads, t.n_gpu_layers, d.path if d else None, d.threads if d else None, d.n_gpu_layers if d else 0

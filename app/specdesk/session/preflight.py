@@ -23,6 +23,7 @@ class Preflight:
     vram_bytes: int
     compat: object | None = None  # the pair check (truthy when compatible); None without a draft
     shortfalls: list[str] = field(default_factory=list)  # "about 9 GiB of RAM but 4 GiB is free"
+    placement: str = ""  # where the target's layers go, when RPC servers or a split are set
 
     @property
     def fits(self) -> bool:
@@ -30,7 +31,8 @@ class Preflight:
 
     def summary(self) -> str:
         return f"estimated memory: {format_bytes(self.ram_bytes)} RAM" + (
-            f", {format_bytes(self.vram_bytes)} VRAM" if self.vram_bytes else "")
+            f", {format_bytes(self.vram_bytes)} VRAM" if self.vram_bytes else "") + (
+            f"; target: {self.placement}; the draft stays local" if self.placement else "")
 
 
 def effective_gpu_layers(n_gpu_layers: int) -> int:
@@ -50,7 +52,20 @@ def preflight(target: ModelSpec, draft: ModelSpec | None = None, progress=None) 
     Raises ModelFileError for a bad file; an incompatible pair is reported in ``compat``."""
     if progress:
         progress("checking the model files…", 0.0)
-    est = estimate(target)
+    placement = ""
+    if target.rpc or target.tensor_split:
+        from .remote import plan_placement
+
+        if progress:
+            progress("asking the RPC servers for their devices…", 0.0)
+        where = plan_placement(target.path, target.n_gpu_layers, target.rpc, target.tensor_split)
+        placement = where.describe()
+        est = estimate_memory(validate_gguf(target.path), n_ctx=target.n_ctx, n_gpu_layers=where.n_gpu_layers,
+                              repack_types=repack_types())
+        if target.rpc:  # what goes to the servers is their memory, not this machine's VRAM
+            est = {**est, "vram_bytes": 0}
+    else:
+        est = estimate(target)
     ram, vram = int(est["ram_bytes"]), int(est["vram_bytes"])
     compat = None
     if draft is not None:
@@ -71,4 +86,4 @@ def preflight(target: ModelSpec, draft: ModelSpec | None = None, progress=None) 
             short.append(f"{format_bytes(vram)} of VRAM but the GPU reads '{status}'")
         elif vram > free_vram:
             short.append(f"about {format_bytes(vram)} of VRAM but {format_bytes(free_vram)} is free")
-    return Preflight(ram, vram, compat, short)
+    return Preflight(ram, vram, compat, short, placement)

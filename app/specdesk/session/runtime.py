@@ -15,7 +15,7 @@ LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 
 def gpu_build_hint() -> str:
     """One line: how to install a llama.cpp that can offload to a GPU."""
-    return ("reinstall llama-cpp-python with a GPU backend, e.g. CMAKE_ARGS=\"-DGGML_CUDA=on\" "
+    return ("reinstall llama-cpp-python with a GPU backend, e.g. CMAKE_ARGS=\"-DGGML_CUDA=on -DGGML_RPC=ON\" "
             f".venv/bin/pip install --force-reinstall --no-cache-dir {LLAMA_CPP_PYTHON} "
             "(-DGGML_VULKAN=on, -DGGML_METAL=on or -DGGML_HIP=on for other GPUs)")
 

@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QStandardPaths
+from PySide6.QtCore import QCoreApplication, QObject, QStandardPaths, Signal
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from .. import __version__
 from ..paths import APP_NAME, asset_path
@@ -47,10 +47,36 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     return app
 
 
+class RpcLostRelay(QObject):
+    """An RPC server lost mid-step is reported on llama.cpp's connection thread: this
+    carries the message to the GUI thread (a queued signal) and shows it."""
+
+    lost = Signal(str)
+
+    def __init__(self, parent_window) -> None:
+        super().__init__()
+        self._window = parent_window
+        self.lost.connect(self._show)
+
+    def _show(self, message: str) -> None:
+        log.error("%s", message)
+        QMessageBox.warning(self._window, "RPC server lost", message + ". Load the models again (locally, or with the "
+                            "server restarted) from the model bar; the app does not need a restart.")
+
+
 def run(argv: list[str] | None = None) -> int:
+    from ..session.remote import lost_endpoints, set_lost_handler
     from .main_window import MainWindow
 
     app = create_app(argv)
     w = MainWindow(data_dir())
+    relay = RpcLostRelay(w)
+    set_lost_handler(relay.lost.emit)  # then llama.cpp's waiting threads are parked, the app lives on
     w.show()
-    return app.exec()
+    code = app.exec()
+    if lost_endpoints():
+        # a thread still waits on the lost server inside llama.cpp: joining it at exit would hang
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -17,12 +17,15 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from ..errors import SpecDeskError
 from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
 from ..speculative.sampling import SamplingParams
 
 PROPOSER_LABELS = {
@@ -50,10 +53,20 @@ _VALID = {
     "threads": lambda v: 0 <= v <= 1024,
     "target_gpu_layers": lambda v: 0 <= v <= 100_000,
     "draft_gpu_layers": lambda v: 0 <= v <= 100_000,
+    "rpc": lambda v: rpc_error(v) is None,
 }
 
+
+def rpc_error(text: str) -> str | None:
+    """Why the RPC servers field cannot be used, or None ("" means no servers)."""
+    try:
+        parse_endpoints(text)
+    except SpecDeskError as e:
+        return str(e)
+    return None
+
 # Settings that only take effect after the models are reloaded.
-RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers")
+RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers", "rpc")
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,7 @@ class ChatSettings:
     threads: int = 0  # 0 = physical cores
     target_gpu_layers: int = 0
     draft_gpu_layers: int = 0
+    rpc: str = ""  # host:port[,host:port...]: RPC servers for the target's layers (the draft stays local)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,7 +138,8 @@ class ChatSettings:
 
     def model_spec(self, path, role: str) -> ModelSpec:
         layers = self.target_gpu_layers if role == "target" else self.draft_gpu_layers
-        return ModelSpec(path, n_gpu_layers=layers, threads=self.threads or None, n_ctx=self.n_ctx)
+        rpc = parse_endpoints(self.rpc) if role == "target" and rpc_error(self.rpc) is None else ()
+        return ModelSpec(path, n_gpu_layers=layers, threads=self.threads or None, n_ctx=self.n_ctx, rpc=rpc)
 
     def needs_reload(self, other: "ChatSettings") -> bool:
         return any(getattr(self, k) != getattr(other, k) for k in RELOAD_KEYS)
@@ -225,6 +240,22 @@ class SettingsDialog(QDialog):
                                   f"To offload: {gpu_build_hint()}")
             self.gpu_note.setStyleSheet("color:#e67700;")
             f.addRow(self.gpu_note)
+        self.rpc = QLineEdit(settings.rpc)
+        self.rpc.setObjectName("rpcServers")
+        self.rpc.setPlaceholderText("host:port, … (specdesk rpc-server on each machine)")
+        self.rpc.setToolTip("The target's layers go to these RPC servers and this machine; the draft stays local. "
+                            + SECURITY_WARNING)
+        f.addRow("Target on RPC servers", self.rpc)
+        self.rpc_note = QLabel("")
+        self.rpc_note.setObjectName("rpcNote")
+        self.rpc_note.setWordWrap(True)
+        self.rpc_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        f.addRow(self.rpc_note)
+        if not rpc_supported():
+            self.rpc.setEnabled(False)
+            self.rpc_note.setText("This llama.cpp was built without the RPC backend. To use other machines: "
+                                  f"{reinstall_command()}")
+            self.rpc_note.setStyleSheet("color:#e67700;")
         lay.addWidget(models)
 
         self.reload_note = QLabel("")
@@ -238,6 +269,8 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.rpc.textChanged.connect(self._update_note)
         self._update_note()
 
     @staticmethod
@@ -257,6 +290,11 @@ class SettingsDialog(QDialog):
         return w
 
     def _update_note(self) -> None:
+        if self.rpc.isEnabled():
+            why = rpc_error(self.rpc.text())
+            self.rpc_note.setText(why or "")
+            self.rpc_note.setStyleSheet("color:#c92a2a;" if why else "")
+            self._ok.setEnabled(why is None)
         if self.value().needs_reload(self._initial):
             self.reload_note.setText("⟳ Applying these settings reloads both models (in the background).")
         else:
@@ -278,4 +316,5 @@ class SettingsDialog(QDialog):
             threads=self.threads.value(),
             target_gpu_layers=self.target_gpu_layers.value(),
             draft_gpu_layers=self.draft_gpu_layers.value(),
+            rpc=self.rpc.text().strip() if rpc_error(self.rpc.text()) is None else self._initial.rpc,
         )

@@ -368,8 +368,15 @@ class StatsPanel(QFrame):
 
     def set_devices(self, devices: Sequence, gpu_offload: bool) -> None:
         """The devices llama.cpp can use (every backend: CUDA, Vulkan, Metal, HIP, RPC), with their memory."""
-        lines = [f"{html.escape(d.name)} ({d.kind}): {format_bytes(d.free_bytes)} free of {format_bytes(d.total_bytes)}"
-                 for d in devices]
+        def one(d) -> str:
+            if getattr(d, "is_remote", False):
+                where = f"{html.escape(d.name)} (remote, {html.escape(d.description)})"
+                if getattr(d, "error", ""):
+                    return f"{where}: unreachable"
+                return f"{where}: {format_bytes(d.free_bytes)} free of {format_bytes(d.total_bytes)}"
+            return f"{html.escape(d.name)} ({d.kind}): {format_bytes(d.free_bytes)} free of {format_bytes(d.total_bytes)}"
+
+        lines = [one(d) for d in devices]
         text = "devices: " + ("; ".join(lines) if lines else "none reported")
         if not gpu_offload:
             text += " · this llama.cpp has no GPU backend: GPU layers have no effect"
@@ -388,6 +395,8 @@ class StatsPanel(QFrame):
             text = " + ".join(parts)
             if m.vram_bytes:
                 text += f"; {format_bytes(m.vram_bytes)} of it on the GPU"
+            if getattr(m, "remote_bytes", 0):
+                text += f"; {format_bytes(m.remote_bytes)} of it on RPC servers"
             return text
 
         if t:
