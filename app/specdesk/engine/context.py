@@ -8,6 +8,7 @@ speculative-simple), and keeps the token history that coordinate refers to.
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 from typing import Callable, Sequence
 
@@ -17,7 +18,9 @@ import numpy as np
 from ..errors import Cancelled, ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
 from .model import Buffer, Model, capture_buffers, default_threads
-from .rpc import check_alive
+from .rpc import check_alive, gone
+
+log = logging.getLogger(__name__)
 
 
 class Context:
@@ -182,7 +185,12 @@ class Context:
     def close(self) -> None:
         if getattr(self, "_ctx", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            why = gone(self._rpc) if getattr(self, "_rpc", ()) else None
+            if why:
+                # freeing its buffers would ask the lost server, and llama.cpp aborts then
+                log.warning("context left allocated: %s", why)
+            else:
+                llama_cpp.llama_free(self._ctx)
             self._ctx = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort

@@ -292,6 +292,15 @@ class Model:
 
     def close(self) -> None:
         if self._model is not None:
+            if self.rpc_endpoints:
+                from .rpc import gone
+
+                why = gone(self.rpc_endpoints)
+                if why:
+                    # its layers lived on the lost server: freeing them would make llama.cpp abort
+                    log.warning("%s left allocated: %s", self.path.name, why)
+                    self._model = None
+                    return
             llama_cpp.llama_model_free(self._model)
             self._model = None
 

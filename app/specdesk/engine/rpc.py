@@ -361,6 +361,17 @@ def unreachable_reason(endpoint: str) -> str | None:
     return None
 
 
+def gone(endpoints: Sequence[str]) -> str | None:
+    """Why one of ``endpoints`` cannot be asked anything any more (lost, closed,
+    unreachable), or None. Freeing memory on such a server would make llama.cpp abort:
+    its buffers are left as they are (the server's memory went with it)."""
+    for ep in endpoints:
+        why = unreachable_reason(ep)
+        if why:
+            return why
+    return None
+
+
 def check_alive(endpoints: Sequence[str]) -> None:
     """Raise RpcError when a server the target uses has gone since the last step (its
     connection was closed), instead of letting llama.cpp abort on it."""

@@ -60,6 +60,7 @@ class RpcLostRelay(QObject):
 
     def _show(self, message: str) -> None:
         log.error("%s", message)
+        self._window.rpc_lost(message)  # ends the work that waited on it, frees the window
         QMessageBox.warning(self._window, "RPC server lost", message + ". Load the models again (locally, or with the "
                             "server restarted) from the model bar; the app does not need a restart.")
 

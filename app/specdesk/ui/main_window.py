@@ -953,6 +953,20 @@ class MainWindow(QMainWindow):
         self._update_state()
         self.focus_input()
 
+    def rpc_lost(self, message: str) -> None:
+        """An RPC server the target used died inside a step: the thread that waited on it
+        is parked in llama.cpp for good. Its answer or comparison ends now as failed
+        (what was shown is kept), the session is let go (its memory is never freed: that
+        would ask the lost server, and llama.cpp aborts then), and a new load may start."""
+        for t in (self._gen_task, self.compare._task):
+            if t is not None:
+                t.abandon(message)  # delivers the failure through the task's own handlers
+        if self.session is not None:
+            self._install(None)
+            self._refresh_model_lists()
+        self.show_error(message)
+        self._update_state()
+
     def stop_generation(self, wait: bool = False) -> None:
         t = self._gen_task
         if t is not None and t.isRunning():

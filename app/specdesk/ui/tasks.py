@@ -29,8 +29,9 @@ _lock = threading.Lock()
 
 
 def running_tasks() -> list["Task"]:
+    """The tasks still working (an abandoned one is not waited for)."""
     with _lock:
-        return [t for t in _live if t.isRunning()]
+        return [t for t in _live if t.isRunning() and not t.abandoned]
 
 
 class Task(QThread):
@@ -55,6 +56,9 @@ class Task(QThread):
         self.setObjectName(name)
         self.result: Any = None
         self.error: str | None = None
+        #: its thread is stuck for good (parked inside llama.cpp after an RPC server
+        #: was lost): its outcome was delivered by hand, and nobody waits for it
+        self.abandoned = False
         with _lock:
             _live.add(self)
             _strong.add(self)
@@ -115,6 +119,17 @@ class Task(QThread):
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def abandon(self, message: str) -> None:
+        """Its thread will never come back (parked inside llama.cpp on a lost RPC
+        server): report ``message`` as its failure now, and stop counting it as running
+        (closing the window does not wait for it; the process exits without it)."""
+        if self.abandoned or not self.isRunning():
+            return
+        self.abandoned = True
+        self._cancel.set()
+        self.error = message
+        self.failed.emit(message)
 
     def stop_and_wait(self, ms: int = 30000) -> bool:
         self.cancel()
