@@ -12,6 +12,7 @@ from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
 from ..bench.report import check_writable, markdown, write_report
 from ..bench.runner import BenchOptions, SessionTarget, run_bench
 from ..bench.suites import describe_builtin, load_suite
+from ..library.quants import offer_upgrade
 from .args import add_model_options, float_in, load_session, positive_int
 from .output import dump_json, progress_bar
 
@@ -95,8 +96,11 @@ def cmd_advise(args) -> int:
     with load_session(args, need_draft=True) as s:
         cal = calibrate(s)
         adv = advise(cal)
+        target = s.target.spec.path
+    pub, pub_note = offer_upgrade(target, cal.quant_upgrade, cal.draft_bytes)
     if args.json:
-        print(dump_json({"calibration": cal.to_dict(), **adv.to_dict()}))
+        print(dump_json({"calibration": cal.to_dict(), **adv.to_dict(),
+                         "published_quant": pub.to_dict() if pub else None, "published_quant_note": pub_note}))
         return 0
     print(f"measured in {cal.seconds:.1f} s at a {cal.context_tokens}-token context:")
     print(f"  one target step: {1000 * cal.step:.1f} ms")
@@ -113,6 +117,9 @@ def cmd_advise(args) -> int:
         print(f"kernel drift: {cal.drift.summary()}")
     print()
     print(adv.text)
+    if cal.quant_upgrade is not None:
+        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
+              + (f"{pub.describe()}." if pub else f"{pub_note}."))
     if adv.exactness:
         print()
         print(adv.exactness)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import SpecDeskError
 from ..fmt import format_bytes
 from .gguf import inspect_gguf
 
@@ -78,3 +79,113 @@ def best_upgrade(current: str | None, current_bytes: int, budget_bytes: int) -> 
 def upgrade_for(target: Path, budget_bytes: int) -> QuantUpgrade | None:
     quant, size = quant_of(target)
     return best_upgrade(quant, size, budget_bytes)
+
+
+# -- the same model, published ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedQuant:
+    """A higher quantization of the target that its Hugging Face repo publishes."""
+
+    repo: str
+    file: str  # the model's name in the repo (a split model: its base.gguf name)
+    quant: str
+    size: int | None  # the bytes the Hub lists (all parts)
+    current_bytes: int
+
+    @property
+    def command(self) -> str:
+        return f"specdesk models download {self.repo} --file {self.file}"
+
+    def describe(self) -> str:
+        size = f", {format_bytes(self.size)}" if self.size else ""
+        extra = f" (+{format_bytes(self.size - self.current_bytes)})" if self.size else ""
+        return f"{self.repo} publishes {self.quant} as {self.file}{size}{extra}: `{self.command}`"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "command": self.command}
+
+
+def hub_repo_of(target: Path) -> str | None:
+    """The Hugging Face repo a target came from: its place in the HF cache
+    (``models--OWNER--NAME/snapshots/REV/...``), or the default pair's manifest for a
+    file of that name. None when nothing tells."""
+    from .defaults import default_models
+
+    for part in Path(target).absolute().parts:
+        if part.startswith("models--") and "--" in part[len("models--"):]:
+            return part[len("models--"):].replace("--", "/", 1)
+    try:
+        for m in default_models():
+            if m.file == Path(target).name and (m.huggingface or {}).get("repo"):
+                return str(m.huggingface["repo"])
+    except (OSError, ValueError, SpecDeskError):  # no manifest: nothing tells
+        return None
+    return None
+
+
+def published_upgrade(target: Path, budget_bytes: int, repo: str | None = None,
+                      timeout: float = 15.0) -> PublishedQuant | None:
+    """The highest quantization above the target's own that its repo publishes and whose
+    listed size grows by at most ``budget_bytes``: the estimate's suggestion when the
+    repo has it, else the best one the repo does have. None when the target's repo is
+    unknown or has none that fits. Raises SpecDeskError (one line) when the Hub cannot
+    be asked within ``timeout`` seconds or refuses."""
+    import threading
+
+    from .hub import list_gguf
+
+    repo = repo or hub_repo_of(target)
+    current, current_bytes = quant_of(Path(target))
+    if repo is None or not current or current not in BITS_PER_WEIGHT or budget_bytes <= 0:
+        return None
+    box: dict = {}
+
+    def ask() -> None:
+        try:
+            box["files"] = list_gguf(repo)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=ask, name="hub-quants", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise SpecDeskError(f"the Hub did not list {repo} within {timeout:.0f} s")
+    if "error" in box:
+        e = box["error"]
+        raise e if isinstance(e, SpecDeskError) else SpecDeskError(f"cannot list {repo}: {e}")
+    best: PublishedQuant | None = None
+    rank = {q: i for i, q in enumerate(LADDER)}
+    for m in box["files"]:
+        q = (m.quant or "").upper()
+        if q not in rank or BITS_PER_WEIGHT[q] <= BITS_PER_WEIGHT[current] or not m.complete:
+            continue
+        size = m.total_size or estimated_size(current, current_bytes, q)
+        if size is None or size - current_bytes > budget_bytes:
+            continue
+        if best is None or rank[q] > rank[best.quant]:
+            best = PublishedQuant(repo, m.name, q, m.total_size, current_bytes)
+    return best
+
+
+def offer_upgrade(target: Path, estimate: QuantUpgrade | None, budget_bytes: int
+                  ) -> tuple[PublishedQuant | None, str | None]:
+    """(the higher quant the target's repo publishes within ``budget_bytes``, or a note
+    why none is offered); asked only when the estimate found one. Never raises: the
+    advice stands without it."""
+    import os
+
+    if estimate is None:
+        return None, None
+    repo = hub_repo_of(target)
+    if repo is None:
+        return None, "the target's Hugging Face repo is unknown (not from the HF cache or the default pair)"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None, f"HF_HUB_OFFLINE is set: {repo} was not asked which quantizations it publishes"
+    try:
+        found = published_upgrade(target, budget_bytes, repo=repo)
+    except SpecDeskError as e:
+        return None, f"could not check {repo}: {e}"
+    return found, None if found else f"{repo} publishes no higher quantization within the draft's memory"

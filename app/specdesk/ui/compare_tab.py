@@ -67,6 +67,7 @@ class CompareTab(QWidget):
     error = Signal(str)
     # emitted whenever a run ends, however it ended
     stopped = Signal()
+    download_requested = Signal(str, str)  # (repo, file): a better quant of the target to download
 
     def __init__(self, session_provider, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -173,6 +174,13 @@ class CompareTab(QWidget):
         self.advice.setStyleSheet("padding:6px; background:#f1f3f5; border-radius:4px;")
         self.advice.setVisible(False)
         cl.addWidget(self.advice)
+        self._published: dict | None = None
+        self.quant_btn = QPushButton("Download…")
+        self.quant_btn.setObjectName("downloadQuantButton")
+        self.quant_btn.setVisible(False)
+        self.quant_btn.clicked.connect(
+            lambda: self._published and self.download_requested.emit(self._published["repo"], self._published["file"]))
+        cl.addWidget(self.quant_btn)
         self.exactness = QLabel("")
         self.exactness.setObjectName("exactnessLabel")
         self.exactness.setWordWrap(True)
@@ -337,6 +345,12 @@ class CompareTab(QWidget):
             )
             if cal is not None:
                 res["advisor"] = advisor_section(cal, res)
+                # the better quant the draft's memory would buy: is it published where the target came from?
+                from ..library.quants import offer_upgrade
+
+                pub, note = offer_upgrade(session.target.spec.path, cal.quant_upgrade, cal.draft_bytes)
+                res["published_quant"] = pub.to_dict() if pub else None
+                res["published_quant_note"] = note
             if drift is not None:
                 res["drift"] = drift.to_dict()
             return res
@@ -428,9 +442,23 @@ class CompareTab(QWidget):
                     it.setForeground(pg.mkColor("#2b8a3e" if row["speedup"] >= 1.05 else "#c92a2a" if row["speedup"] < 0.95 else "#495057"))
                 self.table.setItem(i, j, it)
         self._draw_chart(overall, preds)
-        text = adv.get("recommendation")
-        self.advice.setText(text or "")
-        self.advice.setVisible(bool(text))
+        text = adv.get("recommendation") or ""
+        up = (adv.get("calibration") or {}).get("quant_upgrade")
+        if up and "better quantization" not in text:
+            text += (f" Without the draft, its memory would buy the target at {up['better']} instead of "
+                     f"{up['current']}: about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}).")
+        pub = res.get("published_quant")
+        if pub:
+            size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
+            text += f" {pub['repo']} publishes {pub['quant']} as {pub['file']}{size}."
+            self.quant_btn.setText(f"Download {pub['quant']}{size}…")
+            self.quant_btn.setToolTip(f"Open the download dialog on {pub['repo']} with {pub['file']} selected")
+        elif up and res.get("published_quant_note"):
+            text += f" ({res['published_quant_note']}.)"
+        self._published = pub
+        self.quant_btn.setVisible(bool(pub))
+        self.advice.setText(text.strip())
+        self.advice.setVisible(bool(text.strip()))
         drift = self._drift(res)
         temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
         self.exactness.setText(claim_text(drift, temperature))

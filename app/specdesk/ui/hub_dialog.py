@@ -29,8 +29,11 @@ class HubDialog(QDialog):
     downloaded = Signal(object)  # Path of the (first part of the) model
     error = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, repo: str | None = None, file: str | None = None) -> None:
+        """With ``repo`` (and ``file``) the dialog opens on that repo's listing with the
+        file selected, ready to download (the advisor's "better quant" offer)."""
         super().__init__(parent)
+        self._want = file
         self.setObjectName("hubDialog")
         self.setWindowTitle("Download a GGUF model from Hugging Face")
         self.resize(720, 440)
@@ -83,6 +86,9 @@ class HubDialog(QDialog):
             buttons.addWidget(b)
         lay.addLayout(buttons)
         self._update()
+        if repo:
+            self.repo.setText(repo)
+            self.list_files()
 
     @property
     def busy(self) -> bool:
@@ -120,7 +126,8 @@ class HubDialog(QDialog):
                 self.table.setItem(i, j, it)
         self.status.setText(f"{len(self.files)} GGUF model(s) in {self.repo.text().strip()}" if self.files else "no GGUF files in this repository")
         if self.files:
-            self.table.selectRow(0)
+            want = [i for i, f in enumerate(self.files) if self._want and f.name == self._want]
+            self.table.selectRow(want[0] if want else 0)
 
     def download(self) -> None:
         rows = self.table.selectionModel().selectedRows()

@@ -65,7 +65,7 @@ class LibraryTab(QWidget):
         self.remove_btn.clicked.connect(self.remove_folder_dialog)
         self.download_btn = QPushButton("Download from Hugging Face…")
         self.download_btn.setObjectName("downloadButton")
-        self.download_btn.clicked.connect(self.open_download_dialog)
+        self.download_btn.clicked.connect(lambda: self.open_download_dialog())
         for b in (self.rescan_btn, self.add_btn, self.remove_btn, self.download_btn):
             bar.addWidget(b)
         bar.addStretch(1)
@@ -277,11 +277,12 @@ class LibraryTab(QWidget):
                 return
             self.rescan()
 
-    def open_download_dialog(self) -> None:
-        dlg = HubDialog(self)
+    def open_download_dialog(self, repo: str | None = None, file: str | None = None) -> HubDialog:
+        dlg = HubDialog(self, repo, file)
         dlg.downloaded.connect(lambda p: (self.rescan(), self.summary.setText(f"downloaded {Path(p).name}")))
         dlg.error.connect(self.error.emit)
         dlg.show()
+        return dlg
 
     def shutdown(self) -> None:
         if self._task is not None and self._task.isRunning():

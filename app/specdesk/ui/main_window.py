@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         self.compare.error.connect(self.show_error)
         self.compare.reference_measured.connect(self.set_reference)
         self.compare.stopped.connect(self._update_state)
+        self.compare.download_requested.connect(lambda repo, file: self.library.open_download_dialog(repo, file))
         self.compare.run_btn.clicked.connect(self._update_state)
         self.tabs.addTab(self.compare, "Compare")
         self.library = LibraryTab()
