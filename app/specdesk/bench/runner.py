@@ -34,6 +34,7 @@ from .. import __version__
 from ..engine.memory import gpu_memory
 from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
+from ..session.core import HISTORY_PROMPT_TAIL
 from ..speculative.divergence import explain
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
@@ -97,8 +98,6 @@ class SessionTarget:
     def set_history(self, turns: list[tuple[list[int], list[int]]]) -> None:
         """The session's history index holds exactly these earlier turns, kept as the
         session keeps a turn it answered (the prompt's tail, then the answer)."""
-        from ..session.core import HISTORY_PROMPT_TAIL
-
         self.session.history.index.clear()
         for prompt, answer in turns:
             self.session.history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + list(answer))

@@ -13,7 +13,7 @@ from ..library.defaults import default_models, is_present
 from ..library.discovery import scan
 from ..paths import models_dir, user_cache_dir, user_data_dir
 from ..session import backends, build_info, devices, gpu_build_hint, supports_gpu_offload
-from ..session.remote import reinstall_command, rpc_supported
+from ..session.remote import register_servers, reinstall_command, rpc_supported
 from .args import rpc_endpoints, use_rpc
 from .output import dump_json
 
@@ -101,8 +101,6 @@ def _text(r: dict) -> str:
 
 def cmd_doctor(args) -> int:
     if getattr(args, "rpc", ()):
-        from ..session.remote import register_servers
-
         use_rpc(args.rpc)
         register_servers(args.rpc)
     r = report(scan_library=not args.no_scan)

@@ -16,7 +16,7 @@ from typing import Sequence
 from llama_cpp._ggml import libggml
 
 from ..errors import SpecDeskError
-from .model import ensure_backend
+from .backend import ensure_backend
 
 # enum ggml_backend_dev_type, in ggml-backend.h's order
 _TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator"}

@@ -5,14 +5,9 @@ This package is the only code in SpecDesk that imports llama_cpp.
 
 from __future__ import annotations
 
-import atexit
-import collections
-import contextlib
 import ctypes
 import logging
 import os
-import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,103 +16,24 @@ import llama_cpp
 
 from ..errors import ModelFileError, SpecDeskError
 from . import kv
+from .backend import Buffer, capture_buffers, clear_native_errors, ensure_backend, last_native_error
+from .devices import backends
+from .rpc import gone
 from .vocab import VocabInfo
+
+__all__ = ["Buffer", "Model", "capture_buffers", "default_threads", "ensure_backend", "last_native_error",
+           "supports_gpu_offload", "system_info"]
 
 log = logging.getLogger(__name__)
 
-_backend_lock = threading.Lock()
-_backend_ready = False
-
-
-# llama.cpp logs to stderr by default; send it through Python logging instead, so the
-# CLI stays clean and the app can show it in its log.
-# ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the last).
-_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_llama_log = logging.getLogger("llama.cpp")
-_last_level = [logging.DEBUG]
-_recent_errors: collections.deque[str] = collections.deque(maxlen=8)
-_capture = threading.local()
-_BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS) buffer size (?:=|is) +([\d.]+) MiB")
-_HOST_DEVICES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "Metal_Mapped")
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """One allocation llama.cpp reported: on which device, for what, how big."""
-
-    device: str
-    kind: str  # model | KV | compute | output | RS
-    bytes: int
-
-    @property
-    def on_gpu(self) -> bool:
-        return not self.device.startswith(_HOST_DEVICES) and not self.remote
-
-    @property
-    def remote(self) -> bool:
-        """On another machine's device, through llama.cpp's RPC backend."""
-        return self.device.startswith("RPC")
-
-
-@contextlib.contextmanager
-def capture_buffers():
-    """Collect the buffer sizes llama.cpp logs while loading/creating on this thread."""
-    out: list[Buffer] = []
-    _capture.buffers = out
-    try:
-        yield out
-    finally:
-        _capture.buffers = None
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - native callback
-    lvl = _LEVELS.get(level, logging.DEBUG) if level != 5 else _last_level[0]
-    _last_level[0] = lvl
-    msg = text.decode("utf-8", "replace").rstrip()
-    if not msg:
-        return
-    sink = getattr(_capture, "buffers", None)
-    if sink is not None:
-        m = _BUFFER_RE.search(msg)
-        if m and "does not match" not in msg:
-            sink.append(Buffer(m.group(1), m.group(2), int(float(m.group(3)) * 2**20)))
-    if lvl >= logging.ERROR:
-        _recent_errors.append(msg)
-    if _llama_log.isEnabledFor(lvl):
-        _llama_log.log(lvl, msg)
-
-
-def last_native_error() -> str | None:
-    """The last error llama.cpp logged, without its function prefix."""
-    if not _recent_errors:
-        return None
-    msg = _recent_errors[-1]
-    # "llama_model_load: error loading model: ..." -> keep the innermost reason
-    return msg.rsplit(": ", 1)[-1] if msg.count(": ") >= 2 else msg
-
-
-def _detach_log() -> None:
-    """At exit, stop routing llama.cpp's log into Python: native code that logs while
-    the interpreter finalizes would otherwise call into a half-torn-down runtime."""
-    try:
-        llama_cpp.llama_log_set(ctypes.cast(None, llama_cpp.llama_log_callback), ctypes.c_void_p(0))
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
-
-
-def ensure_backend() -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            llama_cpp.llama_backend_init()
-            atexit.register(_detach_log)
-            _backend_ready = True
-
-
 def default_threads() -> int:
-    """Physical cores if psutil knows them, else all logical CPUs (llama.cpp's habit)."""
+    """Physical cores if psutil knows them, else all logical CPUs (llama.cpp's habit).
+
+    The app uses this too, with its UI beside llama.cpp's threads. Measured on a 2-core
+    machine (tools/app_vs_cli.py, default pair, median of 3): one thread left the UI a
+    core of its own (app = 1.03x the CLI) but decoded at 0.65x the speed of two threads
+    in the app; with its repaints coalesced the UI costs two threads about 5%, so
+    every physical core stays the default there too."""
     try:
         import psutil
 
@@ -133,8 +49,6 @@ def supports_gpu_offload() -> bool:
     ensure_backend()
     if not llama_cpp.llama_supports_gpu_offload():
         return False
-    from .devices import backends
-
     return any(b not in ("CPU", "RPC", "BLAS") for b in backends())
 
 
@@ -223,7 +137,7 @@ class Model:
 
             self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
             params.progress_callback = self._progress_cb
-        _recent_errors.clear()
+        clear_native_errors()
         with capture_buffers() as buffers:
             model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
         self.buffers: list[Buffer] = buffers
@@ -293,8 +207,6 @@ class Model:
     def close(self) -> None:
         if self._model is not None:
             if self.rpc_endpoints:
-                from .rpc import gone
-
                 why = gone(self.rpc_endpoints)
                 if why:
                     # its layers lived on the lost server: freeing them would make llama.cpp abort

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import llama_cpp
 
 from ..errors import RpcError
-from .model import ensure_backend
+from .backend import ensure_backend
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,16 @@ scale, so embeddings and the output layer kept at a higher precision are counted
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SpecDeskError
 from ..fmt import format_bytes
+from .defaults import default_models
 from .gguf import inspect_gguf
+from .hub import list_gguf
 
 #: Bits per weight of llama.cpp's quantization types, lowest first.
 BITS_PER_WEIGHT = {
@@ -111,8 +115,6 @@ def hub_repo_of(target: Path) -> str | None:
     """The Hugging Face repo a target came from: its place in the HF cache
     (``models--OWNER--NAME/snapshots/REV/...``), or the default pair's manifest for a
     file of that name. None when nothing tells."""
-    from .defaults import default_models
-
     for part in Path(target).absolute().parts:
         if part.startswith("models--") and "--" in part[len("models--"):]:
             return part[len("models--"):].replace("--", "/", 1)
@@ -132,10 +134,6 @@ def published_upgrade(target: Path, budget_bytes: int, repo: str | None = None,
     repo has it, else the best one the repo does have. None when the target's repo is
     unknown or has none that fits. Raises SpecDeskError (one line) when the Hub cannot
     be asked within ``timeout`` seconds or refuses."""
-    import threading
-
-    from .hub import list_gguf
-
     repo = repo or hub_repo_of(target)
     current, current_bytes = quant_of(Path(target))
     if repo is None or not current or current not in BITS_PER_WEIGHT or budget_bytes <= 0:
@@ -175,8 +173,6 @@ def offer_upgrade(target: Path, estimate: QuantUpgrade | None, budget_bytes: int
     """(the higher quant the target's repo publishes within ``budget_bytes``, or a note
     why none is offered); asked only when the estimate found one. Never raises: the
     advice stands without it."""
-    import os
-
     if estimate is None:
         return None, None
     repo = hub_repo_of(target)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecDeskError
+from ..engine.rpc import parse_endpoints
 from ..speculative.sampling import SamplingParams
 
 #: Every proposer, in the order the CLI and the app offer them.
@@ -35,8 +36,6 @@ class ModelSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path).expanduser())
         if self.rpc:
-            from ..engine.rpc import parse_endpoints
-
             object.__setattr__(self, "rpc", parse_endpoints(self.rpc))
         if self.tensor_split is not None:
             object.__setattr__(self, "tensor_split", tuple(float(x) for x in self.tensor_split))

@@ -12,6 +12,7 @@ from ..fmt import format_bytes
 from ..library.gguf import estimate_memory, validate_gguf
 from ..library.pairing import check_pair
 from .config import ModelSpec
+from .remote import plan_placement
 from .runtime import repack_types, supports_gpu_offload
 
 
@@ -54,8 +55,6 @@ def preflight(target: ModelSpec, draft: ModelSpec | None = None, progress=None) 
         progress("checking the model files…", 0.0)
     placement = ""
     if target.rpc or target.tensor_split:
-        from .remote import plan_placement
-
         if progress:
             progress("asking the RPC servers for their devices…", 0.0)
         where = plan_placement(target.path, target.n_gpu_layers, target.rpc, target.tensor_split)

@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
 
 from ..bench.configs import parse_configs
 from ..errors import Cancelled, SpecDeskError
+from ..library.quants import offer_upgrade
 from ..speculative.divergence import verdict_text
 from ..speculative.drift import claim_text
 from ..fmt import format_bytes
@@ -81,7 +82,7 @@ class CompareTab(QWidget):
         # ---- controls: one column that scrolls when the screen is short (1280x720)
         controls = QWidget()
         cl = QVBoxLayout(controls)
-        cl.setContentsMargins(0, 0, 4, 0)
+        cl.setContentsMargins(0, 6, 4, 0)  # room for the first group box title
 
         pbox = QGroupBox("Prompts")
         pl = QVBoxLayout(pbox)
@@ -346,8 +347,6 @@ class CompareTab(QWidget):
             if cal is not None:
                 res["advisor"] = advisor_section(cal, res)
                 # the better quant the draft's memory would buy: is it published where the target came from?
-                from ..library.quants import offer_upgrade
-
                 pub, note = offer_upgrade(session.target.spec.path, cal.quant_upgrade, cal.draft_bytes)
                 res["published_quant"] = pub.to_dict() if pub else None
                 res["published_quant_note"] = note
