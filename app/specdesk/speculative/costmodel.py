@@ -75,9 +75,21 @@ class CostModel:
     # Draft cost per token assumed before any draft call was measured, as a share
     # of one target step.
     prior_draft_share: float = 0.25
+    # Target alone's step for a reference line: the plain mean of the single-token
+    # steps timed (then a slow average), steadier than ``verify[1]``, which follows
+    # the last few steps so that auto reacts quickly to a busier machine.
+    reference: RunningCost = field(default_factory=lambda: RunningCost(warm=256, decay=0.01))
 
     def observe_verify(self, batch: int, seconds: float) -> None:
         self.verify.setdefault(batch, RunningCost()).add(seconds)
+        if batch == 1:
+            self.reference.add(seconds)
+
+    @property
+    def reference_step(self) -> float | None:
+        """Seconds per target step, over the single-token steps this model timed (else
+        auto's current estimate, e.g. carried over from an earlier session)."""
+        return self.reference.value if self.reference.n else self.verify_cost(1)
 
     def observe_draft(self, k: int, seconds: float) -> None:
         if k > 0:

@@ -716,7 +716,7 @@ class MainWindow(QMainWindow):
         if measured:
             self.stats.set_reference(measured, "measured")
             return
-        step = self.session.auto.costs.verify_cost(1) if self.session is not None else None
+        step = self.session.auto.costs.reference_step if self.session is not None else None
         self.stats.set_reference(1.0 / step if step else None, "estimated")
 
     # =============================================================== chats
