@@ -279,3 +279,19 @@ def test_the_latency_proxy_passes_every_byte_both_ways():
                 got += c.recv(65536)
     srv.close()
     assert got == payload
+
+
+@needs_rpc
+def test_the_rpc_benchmark_prints_its_table(tmp_path):
+    """tools/rpc_bench.py on SmolLM2 (a smoke run, not a timed test): a real server
+    behind the latency proxy at two delays, one row of ratios each."""
+    tool = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "rpc_bench.py")
+    r = subprocess.run([PY, tool, "--delays", "0,5", "--max-tokens", "12", "--prompts", "1"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and " ms |" in ln]
+    assert [ln.split("|")[1].strip() for ln in rows] == ["0 ms", "5 ms"]
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert float(cells[2].split()[0]) > 0  # verify b=4 per token, in target steps
+        assert cells[3].endswith("×") and float(cells[3][:-1]) > 0
