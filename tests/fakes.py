@@ -169,3 +169,27 @@ def exact_joint(model, params, prompt, n):
         if pr > 0:
             out[combo] = pr
     return out
+
+
+def pooled_chi_square(counts: dict, exact: dict, runs: int) -> tuple[float, float, int, float]:
+    """Pearson's chi-square of ``counts`` (outcome -> draws of ``runs``) against the
+    ``exact`` probabilities: one cell per outcome expected at least 5 times, the rest
+    pooled. Returns (chi2, the Wilson-Hilferty 99.9% critical value, df, total variation)."""
+    obs, exp = [], []
+    po = pe = 0.0
+    for c, p in exact.items():
+        if p * runs >= 5:
+            obs.append(counts[c])
+            exp.append(p * runs)
+        else:
+            po += counts[c]
+            pe += p * runs
+    if pe > 0:
+        obs.append(po)
+        exp.append(pe)
+    obs, exp = np.array(obs), np.array(exp)
+    chi2 = float(((obs - exp) ** 2 / exp).sum())
+    df = len(obs) - 1
+    crit = df * (1 - 2 / (9 * df) + 3.09 * np.sqrt(2 / (9 * df))) ** 3
+    tv = 0.5 * float(np.abs(obs / runs - exp / runs).sum())
+    return chi2, float(crit), df, tv

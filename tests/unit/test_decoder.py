@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specdesk.errors import Cancelled
-from fakes import FakeBackend, FakeClock, FakeModel, exact_joint, linear_cost
+from fakes import FakeBackend, FakeClock, FakeModel, exact_joint, linear_cost, pooled_chi_square
 from specdesk.speculative.controller import AutoK, FixedK
 from specdesk.speculative.costmodel import CostModel
 from specdesk.speculative.decoder import speculate
@@ -238,25 +238,7 @@ def test_speculative_sampling_follows_the_target_distribution(params, k):
         accepted += steps[-1].stats.accepted
     assert 0 < accepted < drafted  # both branches of the verifier were exercised
     # chi-square over cells with enough expected mass, the rest pooled
-    obs, exp = [], []
-    po = pe = 0.0
-    for c, p in exact.items():
-        if p * runs >= 5:
-            obs.append(counts[c])
-            exp.append(p * runs)
-        else:
-            po += counts[c]
-            pe += p * runs
-    if pe > 0:
-        obs.append(po)
-        exp.append(pe)
-    obs, exp = np.array(obs), np.array(exp)
-    chi2 = float(((obs - exp) ** 2 / exp).sum())
-    df = len(obs) - 1
-    # Wilson-Hilferty 99.9% quantile
-    z = 3.09
-    crit = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
-    tv = 0.5 * np.abs(obs / runs - exp / runs).sum()
+    chi2, crit, df, tv = pooled_chi_square(counts, exact, runs)
     assert chi2 < crit, f"chi2 {chi2:.1f} >= {crit:.1f} (df {df}), TV {tv:.3f}"
 
 
@@ -274,11 +256,7 @@ def test_exactness_check_detects_a_draft_distribution_leak():
         for _ in range(2):
             hist.append(int(rng.choice(n_vocab, p=warp(dm.logits(hist), params))))
         counts[tuple(hist[-2:])] += 1
-    obs = np.array([counts[c] for c in exact])
-    exp = np.array([exact[c] * runs for c in exact])
-    chi2 = float(((obs - exp) ** 2 / exp).sum())
-    df = len(obs) - 1
-    crit = df * (1 - 2 / (9 * df) + 3.09 * np.sqrt(2 / (9 * df))) ** 3
+    chi2, crit, _, _ = pooled_chi_square(counts, exact, runs)
     assert chi2 > crit
 
 
