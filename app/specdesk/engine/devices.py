@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from llama_cpp._ggml import libggml
 
@@ -83,13 +83,15 @@ def _text(b: bytes | None) -> str:
     return (b or b"").decode("utf-8", "replace")
 
 
-def devices(memory: bool = True, remote: Sequence[str] | None = None) -> list[Device]:
+def devices(memory: bool = True, remote: Sequence[str] | None = None,
+            reachable: Callable[[str], str | None] | None = None) -> list[Device]:
     """Every device the installed llama.cpp registered, with its memory now.
 
-    A remote (RPC) device is asked only after its server answered a handshake or its
-    connection is still open (llama.cpp aborts on a dead one): otherwise its memory
-    reads 0 and ``error`` says why. ``memory=False`` asks no device at all; ``remote``
-    limits the servers asked to these endpoints (the others read 0, "not asked")."""
+    A remote (RPC) device is asked only when ``reachable(endpoint)`` returned None
+    (llama.cpp aborts on a dead server): otherwise its memory reads 0 and ``error``
+    says why; with no ``reachable`` it is not asked at all. ``memory=False`` asks no
+    device; ``remote`` limits the servers asked to these endpoints (the others read 0,
+    "not asked"). ``rpc.devices`` passes the RPC backend's own check."""
     ensure_backend()
     _bind()
     lib = libggml
@@ -104,13 +106,11 @@ def devices(memory: bool = True, remote: Sequence[str] | None = None) -> list[De
         description = _text(lib.ggml_backend_dev_description(dev))
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         error = ""
-        if memory and backend == "RPC" and remote is not None and description not in remote:
+        if memory and backend == "RPC" and (reachable is None or (remote is not None and description not in remote)):
             error = "not asked"
         elif memory and backend == "RPC":
-            from .rpc import unreachable_reason
-
             if description not in reasons:
-                reasons[description] = unreachable_reason(description)
+                reasons[description] = reachable(description)
             error = reasons[description] or ""
         if memory and not error:
             lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))

@@ -32,6 +32,8 @@ import llama_cpp
 
 from ..errors import RpcError
 from .backend import ensure_backend
+from .devices import Device, handles
+from .devices import devices as _devices
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +264,6 @@ class RemoteServer:
 def register(endpoints: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> list[RemoteServer]:
     """Register each server's devices with ggml (``ggml_backend_rpc_add_server``), after
     a handshake of our own so that llama.cpp never aborts on a bad one."""
-    from .devices import devices
-
     lib = _rpc_lib()
     _install_abort_hook()
     out = []
@@ -280,7 +280,7 @@ def register(endpoints: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> list
                     raise RpcError(f"RPC server {ep} offers no devices")
                 lib.ggml_backend_register(reg)
                 _registered[ep] = reg
-        names = tuple(d.name for d in devices(memory=False) if d.backend == "RPC" and d.description == ep)
+        names = tuple(d.name for d in _devices(memory=False) if d.backend == "RPC" and d.description == ep)
         out.append(RemoteServer(ep, version, names))
     return out
 
@@ -361,6 +361,12 @@ def unreachable_reason(endpoint: str) -> str | None:
     return None
 
 
+def devices(memory: bool = True, remote: Sequence[str] | None = None) -> list[Device]:
+    """Every device, with its memory now; a remote one is asked only while its server
+    answers (``unreachable_reason``), since llama.cpp aborts on a dead one."""
+    return _devices(memory, remote, reachable=unreachable_reason)
+
+
 def gone(endpoints: Sequence[str]) -> str | None:
     """Why one of ``endpoints`` cannot be asked anything any more (lost, closed,
     unreachable), or None. Freeing memory on such a server would make llama.cpp abort:
@@ -407,8 +413,6 @@ def check_port_free(host: str, port: int) -> None:
 def start_server(endpoint: str, device_names: Sequence[str], threads: int, cache_dir: Path | None) -> threading.Thread:
     """Run llama.cpp's RPC server on a daemon thread (it serves one client at a time,
     forever); the caller waits on the thread, so Ctrl+C still reaches Python."""
-    from .devices import handles
-
     lib = _rpc_lib()
     devs = handles(device_names)
     arr = (ctypes.c_void_p * len(devs))(*devs)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Sequence
 
 from ..engine import rpc as _rpc
-from ..engine.devices import Device, devices
+from ..engine.devices import Device
 from ..errors import RpcError, SpecDeskError
 from ..fmt import format_bytes
 from ..library.gguf import validate_gguf
 from ..library.gguf.estimate import layer_of, md_int
+from .runtime import devices
 
 PROTOCOL = _rpc.PROTOCOL
 DEFAULT_PORT = _rpc.DEFAULT_PORT

@@ -6,9 +6,10 @@ module names the facts about the build and the machine that they show or use."""
 from __future__ import annotations
 
 from ..engine.build import build_info
-from ..engine.devices import Device, backends, devices
+from ..engine.devices import Device, backends
 from ..engine.memory import MemoryReport, gpu_memory, rss_bytes
 from ..engine.model import default_threads, repack_types, supports_gpu_offload
+from ..engine.rpc import devices
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 
