@@ -36,6 +36,22 @@ outside a checkout) names small fake models, and empty models, cache and data fo
 Fault switches: ``wrong_hash(file)`` (the page lists a wrong sha256), ``set_status(path
 or file, code)`` (answer that code instead), ``hold(file)`` (pause the body half way
 until released), ``hashes="none"`` (list no hashes). Only the standard library is used.
+
+``FakeIndex(tls=context)`` serves both the index and the file host over HTTPS with that
+server-side :class:`ssl.SSLContext` (each connection wrapped with ``wrap_socket`` in its
+own thread); ``url``, ``root`` and ``files_root`` then say ``https://``, and
+``tls_failures`` lists the handshakes that failed (a client that did not trust the
+certificate sends no request). ``poll_interval`` is the servers' (how long leaving the
+``with`` block may wait for them).
+
+:class:`FakeProxy` is a forwarding HTTP proxy on 127.0.0.1: absolute-form ``GET``
+requests it fetches itself (not following redirects), ``CONNECT`` it tunnels, and
+``log`` records each (:class:`ProxyRequest`)::
+
+    with FakeProxy() as proxy:
+        os.environ["http_proxy"] = proxy.url       # http://127.0.0.1:PORT
+        ...
+        proxy.log                                  # [ProxyRequest("GET", "http://..."), ...]
 """
 
 from __future__ import annotations
@@ -43,11 +59,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import http.client
 import io
 import json
 import os
 import re
+import select
 import shutil
+import socket
+import ssl
 import sys
 import threading
 import zipfile
@@ -55,9 +75,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Self
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
-__all__ = ["FakeIndex", "FrozenCli", "Hold", "IndexRequest", "build_wheel", "chunk_wheels"]
+__all__ = ["FakeIndex", "FakeProxy", "FrozenCli", "Hold", "IndexRequest", "ProxyRequest", "build_wheel", "chunk_wheels"]
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "text/html"
@@ -139,9 +159,31 @@ class Hold:
         return self._go.wait(timeout)
 
 
+class _TLSServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer whose connections are wrapped in TLS in their own thread
+    (a client that stalls or refuses the handshake holds up no other connection)."""
+
+    def __init__(self, address, handler, context: ssl.SSLContext, failures: list[str]) -> None:
+        super().__init__(address, handler)
+        self.context = context
+        self.failures = failures
+
+    def finish_request(self, request, client_address) -> None:
+        try:
+            conn = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:  # e.g. the client did not trust the certificate
+            self.failures.append(str(e))
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            conn.close()
+
+
 class FakeIndex:
     def __init__(self, *, json: bool = True, html: bool = True, redirect: bool = True,
-                 auth: tuple[str, str] | None = None, hashes: str = "sha256") -> None:
+                 auth: tuple[str, str] | None = None, hashes: str = "sha256",
+                 tls: ssl.SSLContext | None = None, poll_interval: float = 0.5) -> None:
         assert json or html
         self.serve_json = json
         self.serve_html = html
@@ -153,10 +195,17 @@ class FakeIndex:
         self.statuses: dict[str, int] = {}
         self.holds: dict[str, Hold] = {}
         self._lock = threading.Lock()
-        self._index = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, "index"))
-        self._files = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, "files"))
+        self.scheme = "https" if tls else "http"
+        self.tls_failures: list[str] = []
+        if tls is None:
+            self._index = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, "index"))
+            self._files = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, "files"))
+        else:
+            self._index = _TLSServer(("127.0.0.1", 0), _make_handler(self, "index"), tls, self.tls_failures)
+            self._files = _TLSServer(("127.0.0.1", 0), _make_handler(self, "files"), tls, self.tls_failures)
         self._index.daemon_threads = self._files.daemon_threads = True
-        self._threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (self._index, self._files)]
+        self._threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True)
+                         for s in (self._index, self._files)]
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -176,18 +225,18 @@ class FakeIndex:
 
     @property
     def root(self) -> str:
-        return f"http://127.0.0.1:{self._index.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self._index.server_address[1]}"
 
     @property
     def url(self) -> str:
         """The index URL to give pip (or SpecDesk): ``http://127.0.0.1:PORT/simple/``."""
         if self.auth:
-            return f"http://{self.auth[0]}:{self.auth[1]}@127.0.0.1:{self._index.server_address[1]}/simple/"
+            return f"{self.scheme}://{self.auth[0]}:{self.auth[1]}@127.0.0.1:{self._index.server_address[1]}/simple/"
         return self.root + "/simple/"
 
     @property
     def files_root(self) -> str:
-        return f"http://127.0.0.1:{self._files.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self._files.server_address[1]}"
 
     # -- content ---------------------------------------------------------------------
 
@@ -372,6 +421,134 @@ def _make_handler(owner: FakeIndex, server: str):
             self.wfile.write(f.data[half:])
 
     return Handler
+
+
+# -- a forwarding proxy ------------------------------------------------------------------
+
+# headers that belong to one connection, not forwarded (RFC 9110 7.6.1)
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "proxy-connection", "te",
+               "trailer", "transfer-encoding", "upgrade"}
+
+
+@dataclass
+class ProxyRequest:
+    method: str  # "GET" or "CONNECT"
+    target: str  # the absolute URL (GET) or host:port (CONNECT)
+    proxy_authorization: str | None = None
+    status: int = 0  # what the proxy answered (200 for an established tunnel)
+
+
+class FakeProxy:
+    """A forwarding HTTP proxy on 127.0.0.1 that records what it served (``log``)."""
+
+    def __init__(self) -> None:
+        self.log: list[ProxyRequest] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_proxy_handler(self))
+        self._server.daemon_threads = True
+        # a short poll: shutdown() waits for it, once per test
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def served(self) -> list[tuple[str, str]]:
+        """``(method, target)`` of each request, in order."""
+        with self._lock:
+            return [(r.method, r.target) for r in self.log]
+
+
+def _make_proxy_handler(owner: FakeProxy):
+    class ProxyHandler(BaseHTTPRequestHandler):
+        # HTTP/1.0: one request per connection, which keeps the tunnel and the log simple
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *a) -> None:  # quiet
+            pass
+
+        def _record(self) -> ProxyRequest:
+            entry = ProxyRequest(self.command, self.path, self.headers.get("Proxy-Authorization"))
+            with owner._lock:
+                owner.log.append(entry)
+            return entry
+
+        def _plain(self, entry: ProxyRequest, status: int, body: bytes) -> None:
+            entry.status = status
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            entry = self._record()
+            parts = urlsplit(self.path)
+            if parts.scheme != "http" or not parts.hostname:
+                return self._plain(entry, 400, b"an absolute-form http:// URL was expected")
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            headers["Via"] = "1.0 fake-proxy"
+            conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=30)
+            try:
+                conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers)
+                resp = conn.getresponse()
+                body = resp.read()
+            except OSError as e:
+                return self._plain(entry, 502, f"the proxy could not reach {parts.netloc}: {e}".encode())
+            finally:
+                conn.close()
+            entry.status = resp.status
+            self.send_response(resp.status, resp.reason)
+            for k, v in resp.getheaders():
+                if k.lower() not in _HOP_BY_HOP and k.lower() not in ("content-length", "date", "server"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def do_CONNECT(self) -> None:
+            entry = self._record()
+            host, _, port = self.path.rpartition(":")
+            try:
+                upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=30)
+            except (OSError, ValueError) as e:
+                return self._plain(entry, 502, f"the proxy could not reach {self.path}: {e}".encode())
+            entry.status = 200
+            self.send_response(200, "Connection established")
+            self.end_headers()
+            self.close_connection = True
+            with upstream:
+                _pipe(self.connection, upstream)
+
+    return ProxyHandler
+
+
+def _pipe(a: socket.socket, b: socket.socket, idle: float = 30) -> None:
+    """Copy bytes both ways until either side closes (or nothing moves for ``idle`` s)."""
+    try:
+        while True:
+            ready, _, _ = select.select([a, b], [], [], idle)
+            if not ready:
+                return
+            for s in ready:
+                data = s.recv(65536)
+                if not data:
+                    return
+                (b if s is a else a).sendall(data)
+    except OSError:
+        pass
 
 
 # -- the bundle's code path, from source ---------------------------------------------------

@@ -32,7 +32,7 @@ class Index:
     @property
     def shown(self) -> str:
         """The URL without its password."""
-        return _redact(self.url)
+        return redact(self.url)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class PipSettings:
         return "check " + ", ".join(where)
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.password is None and parts.username is None:
         return url

@@ -49,7 +49,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import FetchError
 from ..files import sha256_file
-from .pip_settings import ENV_OVERRIDE, Index, PipSettings, pip_settings
+from .pip_settings import ENV_OVERRIDE, Index, PipSettings, redact, pip_settings
 
 _CHUNK = 1024 * 1024
 _TIMEOUT = 60.0
@@ -109,24 +109,29 @@ def _is_pure_py3(filename: str) -> bool:
 
 # -- the network ---------------------------------------------------------------------
 
+def _ca_bundle(settings: PipSettings) -> tuple[str, str] | None:
+    """``(path, setting)`` of the CA bundle TLS trusts, or None for the system's store."""
+    if settings.cert is not None:
+        return settings.cert
+    for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        if os.environ.get(var):
+            return os.environ[var], var
+    return None
+
+
 def _ssl_context(settings: PipSettings) -> ssl.SSLContext:
-    chosen = settings.cert
-    if chosen is None:
-        for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
-            if os.environ.get(var):
-                chosen = (os.environ[var], var)
-                break
+    chosen = _ca_bundle(settings)
     try:
         if chosen is not None:
             path, setting = chosen
             ctx = ssl.create_default_context(capath=path) if os.path.isdir(path) else ssl.create_default_context(cafile=path)
         else:
-            setting = "the system's certificates"
+            path, setting = None, "the system's certificates"
             ctx = ssl.create_default_context()
             if not ctx.cert_store_stats().get("x509_ca"):
-                for path in _SYSTEM_CA_FILES:
-                    if os.path.isfile(path):
-                        ctx.load_verify_locations(path)
+                for system_file in _SYSTEM_CA_FILES:
+                    if os.path.isfile(system_file):
+                        ctx.load_verify_locations(system_file)
                         break
             try:
                 import certifi  # optional: a bundle's OpenSSL may not know where the system store is
@@ -135,10 +140,11 @@ def _ssl_context(settings: PipSettings) -> ssl.SSLContext:
             except (ImportError, OSError):
                 pass
         if settings.client_cert:
-            setting = settings.client_cert[1]
-            ctx.load_cert_chain(settings.client_cert[0])
+            path, setting = settings.client_cert
+            ctx.load_cert_chain(path)
     except (OSError, ssl.SSLError) as e:
-        raise FetchError(f"cannot use the certificates named by {setting}: {getattr(e, 'strerror', None) or e}") from None
+        named = f"{setting} ({path})" if path else setting
+        raise FetchError(f"cannot use the certificates named by {named}: {getattr(e, 'strerror', None) or e}") from None
     return ctx
 
 
@@ -167,6 +173,33 @@ class _Net:
         if auth:
             req.add_unredirected_header("Authorization", auth)
         return self._opener.open(req, timeout=self.timeout)
+
+    def via(self, url: str) -> str:
+        """`` through the proxy P (setting)`` when urllib sends ``url`` through one, else ``""``."""
+        parts = urllib.parse.urlsplit(url)
+        if self.settings.proxy:
+            proxy, setting = self.settings.proxy
+        else:  # what urllib's ProxyHandler reads: *_proxy in the environment (the lower-case name wins)
+            proxy = urllib.request.getproxies().get(parts.scheme)
+            if not proxy:
+                return ""
+            names = (f"{parts.scheme}_proxy", f"{parts.scheme.upper()}_PROXY")
+            setting = next((n for n in names if os.environ.get(n) == proxy), "the system's proxy settings")
+        host = parts.netloc.rpartition("@")[2]
+        if host and urllib.request.proxy_bypass(host):  # no_proxy, as urllib applies it
+            return ""
+        shown = redact(proxy) if "://" in proxy else redact("http://" + proxy)[len("http://"):]  # pip's host:port form
+        return f" through the proxy {shown} ({setting})"
+
+    def why(self, err: BaseException) -> str:
+        """What went wrong reaching a host; for a certificate, which CA bundle refused it and what to set."""
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            bundle = _ca_bundle(self.settings)
+            where = f"{bundle[0]} ({bundle[1]})" if bundle else "the system's certificates"
+            return (f"its certificate could not be verified ({reason.verify_message}) against {where}; "
+                    "set PIP_CERT, cert in pip.conf or REQUESTS_CA_BUNDLE to the CA bundle that issued it")
+        return str(reason)
 
     def strip_credentials(self, url: str) -> str:
         parts = urllib.parse.urlsplit(url)
@@ -304,11 +337,9 @@ def _project_page(net: _Net, index: Index, project: str) -> tuple[_Page, str]:
     except urllib.error.HTTPError as e:
         if e.code == 404:
             raise _Miss(f"answered HTTP 404 for {project} (no such project there)") from None
-        raise _Miss(f"answered HTTP {e.code} {e.reason} for {project}") from None
-    except urllib.error.URLError as e:
-        raise _Miss(f"could not be reached: {e.reason}") from None
-    except (OSError, http.client.HTTPException) as e:
-        raise _Miss(f"could not be reached: {e}") from None
+        raise _Miss(f"answered HTTP {e.code} {e.reason} for {project}{net.via(url)}") from None
+    except (OSError, http.client.HTTPException) as e:  # URLError included
+        raise _Miss(f"could not be reached{net.via(url)}: {net.why(e)}") from None
     try:
         if ctype == _JSON_TYPE:
             return _parse_json(json.loads(body.decode("utf-8")), final), final
@@ -468,8 +499,8 @@ def download_wheels(requirements: list[str], dest: Path, progress: Progress | No
                                      f"(listed by {info.index.shown}, {info.index.setting})") from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
                 if attempt == _ATTEMPTS:
-                    why = e.reason if isinstance(e, urllib.error.URLError) else e
-                    raise FetchError(f"{info.filename}: download from {host} failed after {_ATTEMPTS} tries: {why}") from None
+                    raise FetchError(f"{info.filename}: download from {host} failed after {_ATTEMPTS} tries"
+                                     f"{net.via(info.url)}: {net.why(e)}") from None
             done_bytes = start
             time.sleep(0.5 * attempt)
     if progress:
