@@ -61,14 +61,15 @@ def app_worker(cfg: dict) -> int:
                                   p_min=cfg["p_min"], temperature=0.0, max_tokens=cfg["tokens"],
                                   threads=cfg["threads"] or 0))
     handler_ms: list[float] = []
-    orig = getattr(w, "_on_step", None)
+    owner = getattr(w, "chats", w)  # the step handler lives in the chat controller (the window, in older trees)
+    orig = getattr(owner, "_on_step", None)
     if orig is not None:  # the Qt thread's own work per step signal (the window connects it per generation)
         def timed(step) -> None:
             t0 = time.perf_counter()
             orig(step)
             handler_ms.append((time.perf_counter() - t0) * 1000)
 
-        w._on_step = timed
+        owner._on_step = timed
     out: dict = {}
     state = {"sent": False}
 

@@ -43,14 +43,14 @@ def main() -> int:
     w.resize(1440, 900)
     w.show()
     handler_ms: list[float] = []
-    orig = w._on_step
+    orig = w.chats._on_step
 
     def timed(step) -> None:
         t0 = time.perf_counter()
         orig(step)
         handler_ms.append((time.perf_counter() - t0) * 1000)
 
-    w._on_step = timed
+    w.chats._on_step = timed
     out: dict = {}
 
     def loaded(session) -> None:

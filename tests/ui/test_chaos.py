@@ -210,11 +210,11 @@ def check_idle(w: MainWindow, made: list[Session]) -> list[str]:
     bad = []
     if running_tasks():
         return [f"not idle: {[t.name for t in running_tasks()]}"]
-    if w.generating or w._gen_task is not None:
+    if w.generating or w.chats.task is not None:
         bad.append("a generation task is still registered")
     if w._deferred_session is not None:
         bad.append("a deferred session was never installed")
-    if w._pending_load is not None:
+    if w.loader.pending is not None:
         bad.append("a pending load request was never started")
     for s in made:
         if s is w.session:
@@ -635,7 +635,7 @@ def _shown_and_stored(w):
 def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window, monkeypatch, stop_lands):
     """Seed 11: an answer stopped before its first token was shown as an empty
     answer that was never stored (and enabled Regenerate and Copy on nothing)."""
-    import specdesk.ui.main_window as mw
+    import specdesk.ui.chat_controller as mw
 
     w = window
     _load(qtbot, w, *window_models(w))
@@ -676,7 +676,7 @@ def test_load_while_the_last_check_result_is_on_its_way(qtbot, window, sessions)
     _load(qtbot, w, a, None)
     _settle(qtbot, w)
     w.load_models(a, b)
-    check = w._load_task
+    check = w.loader.task
     assert check is not None and check.name == "model check"
     check.wait()  # its thread has ended; its result is queued, not handled yet
     w.load_models(b, None)  # the newest request: it must wait, and the older never load
@@ -696,7 +696,7 @@ def test_send_while_the_last_answer_is_on_its_way(qtbot, window):
     answers = []
     w.generation_finished.connect(answers.append)
     assert w.send("Say hi.")
-    w._gen_task.wait()  # the thread has ended; the answer is queued, not stored yet
+    w.chats.task.wait()  # the thread has ended; the answer is queued, not stored yet
     assert not w.send("Name a colour.")  # still busy with the first answer
     _settle(qtbot, w)
     shown, stored = _shown_and_stored(w)

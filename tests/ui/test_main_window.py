@@ -81,11 +81,11 @@ def test_stop_mid_generation(qtbot, window, smol_path, smol_draft_path):
     steps = []
 
     def started():
-        return w._gen_task is not None
+        return w.chats.task is not None
 
     assert w.send("Tell a very long story about a lighthouse keeper.")
     qtbot.waitUntil(started)
-    w._gen_task.step.connect(steps.append)
+    w.chats.task.step.connect(steps.append)
     qtbot.waitUntil(lambda: len(steps) >= 3, timeout=GEN_TIMEOUT)
     assert w.stop_btn.isEnabled() and not w.send_btn.isEnabled()
     with qtbot.waitSignal(w.generation_finished, timeout=30_000) as blocker:
@@ -107,6 +107,35 @@ def test_close_mid_generation_leaves_no_thread(qtbot, tmp_path, smol_path, smol_
     qtbot.waitUntil(lambda: w.chat_view.live_text != "", timeout=GEN_TIMEOUT)
     w.close()  # the no_leaks fixture checks that no worker is left running
     assert w.session is None
+
+
+def test_closing_mid_answer_keeps_what_it_wrote(qtbot, tmp_path, smol_path, smol_draft_path):
+    """Closing the window stops the answer; what it had written is stored, as a
+    stopped answer, with its provenance, and the chat opens with it next time."""
+    from specdesk.session.chatstore import ChatStore
+
+    data = tmp_path / "data"
+    w = MainWindow(data, autoload=False)
+    w.show()
+    load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(max_tokens=900, auto_k=False, k=3))
+    assert w.send("Write a long essay about rivers.")
+    qtbot.waitUntil(lambda: len(w.chat_view.live_text) > 40, timeout=GEN_TIMEOUT)
+    shown = w.chat_view.live_text
+    chat = w.chat_id
+    w.close()
+    store = ChatStore(data / "chats.sqlite3")
+    msgs = store.messages(chat)
+    store.close()
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    answer = msgs[1]
+    assert answer.content.startswith(shown) and len(answer.content) < 900 * 8
+    assert answer.stats["stop_reason"] == "cancelled"
+    sp = answer.spans  # one span per token, covering the text end to end
+    assert sp[0][0] == 0 and sp[-1][1] == len(answer.content) and all(a[1] == b[0] for a, b in zip(sp, sp[1:]))
+    w2 = MainWindow(data, autoload=False)
+    assert w2.chat_id == chat and w2.chat_view.messages()[-1][1] == answer.content
+    w2.close()
 
 
 def test_switch_models_mid_generation(qtbot, window, smol_path, smol_draft_path):
@@ -183,7 +212,7 @@ def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, 
     w.apply_settings(ChatSettings(max_tokens=300))
     steps = []
     assert w.send("Count slowly to one hundred.")
-    w._gen_task.step.connect(steps.append)
+    w.chats.task.step.connect(steps.append)
     qtbot.waitUntil(lambda: len(steps) >= 1, timeout=GEN_TIMEOUT)
     assert w.generating
     other = ChatStore(data / "chats.sqlite3")

@@ -1,5 +1,9 @@
-"""The main window: it wires the model bar, the chats, the Compare and Library tabs and
-the statistics panel to one Session, and runs every long job as a Task.
+"""The main window: it builds the model bar, the Chat, Compare and Library tabs and
+the statistics panel, and wires them to one Session. The jobs behind them live apart:
+- ``loader.PairLoader``: checking and loading a pair, one load at a time;
+- ``model_catalog.ModelCatalog``: the models offered, and which can draft for a target;
+- ``chat_controller.ChatController``: the chats, and answering in them;
+- ``compare_tab.CompareTab``: comparisons.
 
 Rules that keep it safe under any sequence of clicks:
 - one load at a time: Load while a load (or its file check) runs cancels it and the
@@ -7,17 +11,16 @@ Rules that keep it safe under any sequence of clicks:
 - a session is closed only through ``Session.close``, which waits for the last
   generation or comparison using it (``Session.lease``), so no worker is ever inside
   llama.cpp when its memory is freed;
+- a pair loaded while an answer is being stopped is installed once that answer is stored;
 - what cannot run now is disabled (``_update_state``), and every handler checks again.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -35,25 +38,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..session.chatstore import ChatStore, Message
+from ..session.chatstore import ChatStore
 from .. import __version__
 from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
-from ..library.pairing import drafts_for
-from ..paths import models_dir
-from ..session import Generation, ModelSpec, Session, devices, supports_gpu_offload
-from ..session.fit import fit_chat
-from ..session.preflight import Preflight, preflight
+from ..session import Session, devices, supports_gpu_offload
 from ..speculative.drift import claim_text
-from ..speculative.stats import Stats
+from .chat_controller import ChatController
 from .chat_panel import ChatPanel, ChatSidebar
-from .chat_view import Span
 from .compare_tab import CompareTab
 from .empty_state import EmptyState
 from .latency import LatencyProbe
 from .library_tab import LibraryTab
+from .loader import LoadRequest, PairLoader
 from .model_bar import ModelBar
+from .model_catalog import ModelCatalog
 from .references import measured_reference, remember_reference
 from .settings import ChatSettings, SettingsDialog, load_defaults, save_defaults
 from .stats_panel import StatsPanel
@@ -62,17 +62,9 @@ from .tasks import Task, running_tasks
 log = logging.getLogger(__name__)
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
-MAX_RECENT = 12
 #: The window opens at this size, or smaller to fit the screen; it can shrink to MIN_SIZE.
 DEFAULT_SIZE = (1400, 860)
 MIN_SIZE = (1000, 620)
-
-
-@dataclass(frozen=True)
-class _LoadRequest:
-    target: ModelSpec
-    draft: ModelSpec | None
-    confirm_memory: bool
 
 
 class MainWindow(QMainWindow):
@@ -94,24 +86,33 @@ class MainWindow(QMainWindow):
         self.session: Session | None = None
         self.target_path: Path | None = None
         self.draft_path: Path | None = None
-        self.chat_id: int | None = None
         self.settings = load_defaults()
-        self._gen_task: Task | None = None
-        self._load_task: Task | None = None  # the file check, then the load
-        self._pending_load: _LoadRequest | None = None
         self._deferred_session: Session | None = None  # loaded while the last answer was being stopped
         self._aux_tasks: list[Task] = []
-        self._draft_pairing: list = []
-        self._pairing_target: Path | None = None
         self._closing = False
+        self.loader = PairLoader(self._confirm_memory, self)
+        self.loader.busy.connect(self._busy)
+        self.loader.idle.connect(self._idle)
+        self.loader.checked.connect(self.model_bar_info)
+        self.loader.check_failed.connect(self.show_error)
+        self.loader.load_failed.connect(self._load_failed)
+        self.loader.loaded.connect(self._loaded)
+        self.loader.changed.connect(self._update_state)
         self._picked_target: Path | None = None
         self.latency = LatencyProbe(self)
-        self._last_mem = 0.0
 
         self._build()
+        self.catalog = ModelCatalog(self.library, self._start_aux, self)
+        self.catalog.pairing_checked.connect(self._pairing_checked)
+        self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self, self)
+        self.chats.generation_finished.connect(self.generation_finished)
+        self.chats.delivered.connect(self._answer_delivered)
+        self.chats.changed.connect(self._update_state)
+        self.chats.settings_opened.connect(self._chat_settings)
+        self.chats.ended.connect(self._generation_ended)
+        self.sidebar.chat_chosen.connect(self.chats.chosen)
         self._fit_to_screen()
-        self._refresh_chat_list()
-        self._select_or_create_chat()
+        self.chats.select_or_create()
         self._refresh_model_lists()
         self._update_state()
         if self.store.recovered:
@@ -139,7 +140,6 @@ class MainWindow(QMainWindow):
         self.sidebar = ChatSidebar()
         self.sidebar.new_chat_btn.clicked.connect(self.new_chat)
         self.sidebar.delete_chat_btn.clicked.connect(self.delete_chat)
-        self.sidebar.chat_chosen.connect(self._chat_selected)
         self.chat_list = self.sidebar.chat_list
 
         self.error_banner = QLabel("")
@@ -311,14 +311,9 @@ class MainWindow(QMainWindow):
     # while its thread runs: a thread ends a moment before its queued result arrives,
     # and work started in that moment would meet a result meant for the old request.
     @property
-    def generating(self) -> bool:
-        """From Send until the answer is stored (``_answer_delivered``)."""
-        return self._gen_task is not None
-
-    @property
     def loading(self) -> bool:
-        """From Load until the outcome of its check or load has been handled (``_finish_load``)."""
-        return self._load_task is not None
+        """From Load until the outcome of its check or load has been handled."""
+        return self.loader.loading
 
     def _update_state(self) -> None:
         if self._closing:
@@ -382,9 +377,9 @@ class MainWindow(QMainWindow):
         self.empty_state.set_progress(None, None)
 
     def cancel_background(self) -> None:
-        self._pending_load = None
-        for t in [self._load_task, *self._aux_tasks]:
-            if t is not None and t.isRunning():
+        self.loader.cancel()
+        for t in self._aux_tasks:
+            if t.isRunning():
                 t.cancel()
 
     def _start_aux(self, task: Task) -> Task:
@@ -396,46 +391,15 @@ class MainWindow(QMainWindow):
 
     # =============================================================== models
 
-    def _recent(self) -> list[Path]:
-        raw = QSettings().value("models/recent", [])
-        if isinstance(raw, str):
-            raw = [raw]
-        if not isinstance(raw, list):
-            return []
-        return [Path(p) for p in raw if isinstance(p, str) and p]
-
-    def _remember(self, path: Path) -> None:
-        rec = [p for p in self._recent() if p != path]
-        rec.insert(0, path)
-        QSettings().setValue("models/recent", [str(p) for p in rec[:MAX_RECENT]])
-
     def known_models(self) -> list[Path]:
         """The library's usable models (models/, your folders, HF cache, LM Studio,
         Ollama) and recently opened files."""
-        seen: dict[Path, None] = {}
-        for e in self.library.entries:
-            if e.valid:
-                seen[Path(e.path).resolve()] = None
-        if not self.library.entries:  # before the first scan finishes
-            d = models_dir()
-            if d.is_dir():
-                for p in sorted(d.glob("*.gguf")):
-                    seen[p.resolve()] = None
-        for p in self._recent():
-            if p.is_file():
-                seen[p.resolve()] = None
-        return list(seen)
-
-    def _model_name(self, path: Path) -> str:
-        for e in self.library.entries:
-            if Path(e.path).resolve() == path.resolve():
-                return e.name if e.name != path.stem else path.name
-        return path.name
+        return self.catalog.known()
 
     def _refresh_model_lists(self) -> None:
-        models = self.known_models()
-        self.model_bar.populate(models, self._model_name, self.target_path, self.draft_path,
-                                self._picked_target, self._draft_pairing)
+        models = self.catalog.known()
+        self.model_bar.populate(models, self.catalog.name_of, self.target_path, self.draft_path,
+                                self._picked_target, self.catalog.pairing)
         self.empty_state.set_models(models)
 
     def _library_scanned(self, entries) -> None:
@@ -446,34 +410,18 @@ class MainWindow(QMainWindow):
         if target is not None:
             self.check_drafts(target)
 
-    def _pair(self, target: Path, on_done, on_error=None) -> None:
-        """Pair every library model with ``target`` off the UI thread; ``on_done(candidates)``."""
-        if self._closing:
-            return
-        cands = [(Path(p), self._model_name(Path(p))) for p in self.known_models()]
-        task = Task(lambda t: drafts_for(target, cands, cancel=t.is_cancelled), "draft pairing")
-        task.succeeded.connect(lambda res: None if res is None or self._closing else on_done(list(res)))
-        task.failed.connect(on_error or (lambda msg: log.warning("pairing failed: %s", msg)))
-        self._start_aux(task)
-
     def check_drafts(self, target: Path) -> None:
         """Refresh the draft picker for ``target``: compatible drafts first."""
+        self.catalog.check_drafts(target, lambda: ModelBar.path_of(self.target_combo) or self.target_path)
 
-        def done(res: list) -> None:
-            current = ModelBar.path_of(self.target_combo) or self.target_path
-            if current is not None and current.resolve() != Path(target).resolve():
-                return  # the target changed meanwhile
-            self._draft_pairing = res
-            self._pairing_target = Path(target)
-            self._refresh_model_lists()
-            self.pairing_checked.emit((Path(target), self._draft_pairing))
-
-        self._pair(target, done)
+    def _pairing_checked(self, result) -> None:
+        self._refresh_model_lists()
+        self.pairing_checked.emit(result)
 
     def _target_picked(self, path: Path | None) -> None:
         self._picked_target = path
         if path is not None:
-            self._draft_pairing = []
+            self.catalog.pairing = []
             self.check_drafts(path)
 
     def _use_from_library(self, path: Path, role: str) -> None:
@@ -489,7 +437,7 @@ class MainWindow(QMainWindow):
         # a new target: keep the draft if it can still draft for it (translated or not),
         # else take the smallest one that shares its vocabulary
         def done(res: list) -> None:
-            self._draft_pairing = res
+            self.catalog.pairing = res
             usable = {c.path.resolve() for c in res if c.usable}
             same = [c.path for c in res if c.compatible]
             keep = self.draft_path is not None and self.draft_path.resolve() in usable
@@ -497,7 +445,7 @@ class MainWindow(QMainWindow):
             self.target_path = path
             self.load_models(path, draft)
 
-        self._pair(path, done, self.show_error)
+        self.catalog.pair(path, done, self.show_error)
 
     def open_model_dialog(self, role: str) -> None:
         start = str(self.target_path.parent) if self.target_path else str(Path.home())
@@ -505,7 +453,7 @@ class MainWindow(QMainWindow):
         if not path:
             return
         p = Path(path)
-        self._remember(p)
+        self.catalog.remember(p)
         if role == "target":
             self.target_path = p
         else:
@@ -537,13 +485,13 @@ class MainWindow(QMainWindow):
 
         A generation or comparison on the old pair is stopped (the old session is
         freed when it has ended). While another load runs, it is cancelled and this
-        request runs after it: one load at a time, the newest wins."""
+        request runs after it: one load at a time, the newest wins (``PairLoader``)."""
         if self._closing:
             return
         s = self.settings
         try:
-            req = _LoadRequest(s.model_spec(target, "target"), s.model_spec(draft, "draft") if draft else None,
-                               confirm_memory)
+            req = LoadRequest(s.model_spec(target, "target"), s.model_spec(draft, "draft") if draft else None,
+                              confirm_memory)
         except SpecDeskError as e:
             self.show_error(str(e))
             return
@@ -551,88 +499,19 @@ class MainWindow(QMainWindow):
             self.compare.cancel()
         self.stop_generation()
         self.clear_error()
-        if self.loading:
-            self._pending_load = req
-            self._load_task.cancel()
-            return
-        self._start_preflight(req)
+        self.loader.request(req)
 
-    def _start_preflight(self, req: _LoadRequest) -> None:
-        task = Task(lambda t: preflight(req.target, req.draft, progress=t.report), "model check")
-        self._load_task = task
-        task.progress.connect(lambda m, f: self._busy(m, None))
-        task.failed.connect(lambda msg: (self._finish_load(task), self._idle(), self.show_error(msg)))
-        task.was_cancelled.connect(lambda: (self._finish_load(task), self._idle("cancelled")))
-        task.succeeded.connect(lambda res: self._after_preflight(res, req, task))
-        task.finished.connect(self._update_state)
-        task.start()
-        self._update_state()
+    def model_bar_info(self, text: str) -> None:
+        self.model_bar.set_info(text)
 
-    def _finish_load(self, task: Task) -> None:
-        """The request ``task`` served has its outcome (loaded, failed, cancelled or
-        declined): the next load may start, and the newest request that waited runs.
-        Called from the outcome's handler, not from ``finished``: the window is ready
-        when the outcome has been handled, whatever the thread still does."""
-        if task is not self._load_task:
-            return
-        self._load_task = None
-        if self._closing:
-            return
-        req, self._pending_load = self._pending_load, None
-        if req is not None:
-            self._start_preflight(req)
-        self._update_state()
-
-    def _after_preflight(self, pre: Preflight | None, req: _LoadRequest, check: Task) -> None:
-        if self._closing:
-            return
-        if pre is None or self._pending_load is not None or self._load_task is not check:
-            self._finish_load(check)  # a newer request runs next
-            return
-        msg = pre.summary()
-        if pre.compat is not None and not pre.compat:
-            # another vocabulary: the pair loads translated (Session.load(translate=True))
-            msg += f" · translated draft: {pre.compat.reason}"
-        self.model_bar.set_info(msg + ("" if pre.fits else " — more than is free"))
-        if req.confirm_memory and not pre.fits:
-            ans = QMessageBox.warning(
-                self,
-                "Not enough free memory",
-                f"Loading these models needs {' and '.join(pre.shortfalls)}. Load anyway?",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-            )
-            if self._closing:
-                return
-            if ans != QMessageBox.StandardButton.Yes or self._pending_load is not None:
-                self._finish_load(check)  # declined, or asked again meanwhile: the newer request runs
-                self._idle()
-                return
-        self._start_load(req, msg)  # the check's request goes on as this load
-
-    def _start_load(self, req: _LoadRequest, estimate_msg: str) -> None:
-        tspec, dspec = req.target, req.draft
-        # a draft with another vocabulary drafts translated text (the picker marks it)
-        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True), "model load")
-        self._load_task = task
-        task.progress.connect(lambda m, f: self._busy(f"{m}  ({estimate_msg})", f))
-        task.succeeded.connect(lambda session: self._load_succeeded(task, session))
-        task.failed.connect(lambda msg: (self._finish_load(task), self._load_failed(msg)))
-        task.was_cancelled.connect(lambda: (self._finish_load(task), self._idle("loading cancelled")))
-        task.finished.connect(self._update_state)
-        self._busy(f"loading {tspec.path.name}…", 0.0)
-        task.start()
-        self._update_state()
-
-    def _load_succeeded(self, task: Task, session: Session | None) -> None:
-        if session is None:
-            self._finish_load(task)
-            return
-        if self._closing or self._pending_load is not None or task is not self._load_task:
-            session.close()  # the window closes, or a newer request replaces it at once
-            self._finish_load(task)
-            return
-        self._load_task = None  # loaded: ready before models_changed is emitted
-        self._loaded(session)
+    def _confirm_memory(self, shortfalls: list[str]) -> bool:
+        ans = QMessageBox.warning(
+            self,
+            "Not enough free memory",
+            f"Loading these models needs {' and '.join(shortfalls)}. Load anyway?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        )
+        return ans == QMessageBox.StandardButton.Yes
 
     def _install(self, session: Session | None) -> None:
         """Make ``session`` the window's; the old one is freed once nothing uses it."""
@@ -643,10 +522,10 @@ class MainWindow(QMainWindow):
     def _loaded(self, session: Session | None) -> None:
         if session is None:
             return
-        if self._closing or self._pending_load is not None:
+        if self._closing or self.loader.pending is not None:
             session.close()  # the window closes, or a newer request replaces it at once
             return
-        if self._gen_task is not None:
+        if self.chats.generating:
             # The answer on the old pair was stopped when this load began; install the
             # new pair once that answer is stored (a step at most from now).
             if self._deferred_session is not None and self._deferred_session is not session:
@@ -657,11 +536,11 @@ class MainWindow(QMainWindow):
         self.target_path = session.target.spec.path
         self._picked_target = None
         self.draft_path = session.draft.spec.path if session.draft else None
-        self._remember(self.target_path)
+        self.catalog.remember(self.target_path)
         if self.draft_path:
-            self._remember(self.draft_path)
-        if self._pairing_target is None or self._pairing_target.resolve() != self.target_path.resolve():
-            self._draft_pairing = []
+            self.catalog.remember(self.draft_path)
+        if self.catalog.needs_pairing(self.target_path):
+            self.catalog.pairing = []
             self.check_drafts(self.target_path)
         self._refresh_model_lists()
         loaded = f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else "")
@@ -671,7 +550,7 @@ class MainWindow(QMainWindow):
         self._idle(loaded)
         self.stats.set_memory(session.memory())
         self.stats.set_devices(devices(), supports_gpu_offload())
-        self._show_reference()
+        self.show_reference()
         self._update_state()
         self.models_changed.emit(session)
         self.focus_input()
@@ -708,7 +587,7 @@ class MainWindow(QMainWindow):
         if self.target_path and target.resolve() == self.target_path.resolve():
             self.stats.set_reference(tokens_per_second, "measured")
 
-    def _show_reference(self) -> None:
+    def show_reference(self) -> None:
         """Target alone's speed for the verdict: measured when a comparison or a plain
         answer measured it, else estimated from the single target steps this session
         has timed (what every verify of one token costs)."""
@@ -719,75 +598,29 @@ class MainWindow(QMainWindow):
         step = self.session.auto.costs.reference_step if self.session is not None else None
         self.stats.set_reference(1.0 / step if step else None, "estimated")
 
-    # =============================================================== chats
+    # =============================================================== chats and answers
 
-    def _refresh_chat_list(self) -> None:
-        self.sidebar.show_chats(self.store.chats(), self.chat_id)
+    @property
+    def chat_id(self) -> int | None:
+        return self.chats.chat_id
 
-    def _select_or_create_chat(self) -> None:
-        chats = self.store.chats()
-        if chats:
-            self._open_chat(chats[0].id)
-        else:
-            self.new_chat()
+    @property
+    def generating(self) -> bool:
+        """From Send until the answer is stored."""
+        return self.chats.generating
 
     def new_chat(self) -> None:
-        if self.generating:
-            return
-        c = self.store.create_chat("New chat", self.settings.to_dict())
-        self._open_chat(c.id)
-        self.focus_input()
+        if self.chats.new_chat():
+            self.focus_input()
 
     def delete_chat(self) -> None:
-        if self.chat_id is None or self.generating:
-            return
-        self.store.delete_chat(self.chat_id)
-        self.chat_id = None
-        self._select_or_create_chat()
-
-    def _chat_selected(self, chat_id: int) -> None:
-        if self.generating:
-            self._refresh_chat_list()  # the list stays on the chat being answered
-            return
-        if chat_id != self.chat_id:
-            self._open_chat(chat_id)
-
-    def _open_chat(self, chat_id: int) -> None:
-        chat = self.store.chat(chat_id)
-        if chat is None:
-            return
-        self.chat_id = chat_id
-        new_settings = ChatSettings.from_dict(chat.settings) if chat.settings else self.settings
-        reload = self.session is not None and new_settings.needs_reload(self.settings)
-        self.settings = new_settings
-        msgs = []
-        last_stats = None
-        for m in self.store.messages(chat_id):
-            spans = [Span.from_list(x) for x in m.spans] if m.spans else None
-            msgs.append((m.role, m.content, spans))
-            if m.stats:
-                last_stats = m.stats
-        self.chat_view.set_messages(msgs)
-        if last_stats:
-            self.stats.update_stats(Stats.from_dict(last_stats), live=False)
-        self._refresh_chat_list()
-        self._update_state()
-        if reload and self.target_path:
-            self.load_models(self.target_path, self.draft_path, confirm_memory=False)
+        self.chats.delete_chat()
 
     def clear_chat(self) -> None:
-        if self.chat_id is None or self.generating:
-            return
-        self.store.clear_messages(self.chat_id)
-        self.chat_view.set_messages([])
-        self._update_state()
+        self.chats.clear_chat()
 
     def copy_answer(self) -> None:
-        text = self.chat_view.last_answer() or self.chat_view.transcript()
-        QGuiApplication.clipboard().setText(text)
-        self.status_label.setText("copied the last answer" if self.chat_view.last_answer() else "copied the chat")
-
-    # =============================================================== generation
+        self.chats.copy_answer()
 
     def send_from_input(self) -> None:
         text = self.input.toPlainText().strip()
@@ -797,153 +630,36 @@ class MainWindow(QMainWindow):
             self.input.clear()
 
     def send(self, text: str) -> bool:
-        """Answer ``text`` in the current chat. The message is stored only once the
-        answer starts (it fits the context); returns False when nothing was started."""
-        if self.session is None:
-            self.show_error("Load a target model first (Open… or fetch the default pair).")
-            return False
-        if self.generating or self.compare.running or self.loading or self.chat_id is None:
-            return False
-        self.clear_error()
-        history = self._history() + [{"role": "user", "content": text}]
-        return self._generate(history, new_user_text=text)
+        """Answer ``text`` in the current chat (see ``ChatController.send``)."""
+        return self.chats.send(text)
 
     def regenerate(self) -> None:
-        """Answer the last question again; the old answer stays until the new one exists."""
-        if self.session is None or self.generating or self.compare.running or self.loading or self.chat_id is None:
-            return
-        msgs = self.store.messages(self.chat_id)
-        replaces = None
-        if msgs and msgs[-1].role == "assistant":
-            replaces = msgs[-1].id
-            msgs = msgs[:-1]
-        if not any(m.role == "user" for m in msgs):
-            return
-        self._generate([{"role": m.role, "content": m.content} for m in msgs], replaces=replaces)
+        self.chats.regenerate()
 
-    def _history(self) -> list[dict]:
-        return [{"role": m.role, "content": m.content} for m in self.store.messages(self.chat_id)]
+    def stop_generation(self, wait: bool = False) -> None:
+        self.chats.stop(wait)
 
-    def _generate(self, history: list[dict], new_user_text: str | None = None, replaces: int | None = None) -> bool:
-        s = self.session
-        cfg = self.settings.generation_config(has_draft=s.draft is not None)
-        chat_id = self.chat_id
+    def busy_elsewhere(self) -> bool:
+        return self.compare.running or self.loading
 
-        def run(task: Task) -> Generation:
-            # The chat template runs here, off the UI thread (it came with the file).
-            prompt, dropped = fit_chat(s, history, cfg.max_tokens)
-            s.check_fits(prompt, cfg.max_tokens)
-            task.report("started", float(dropped))
-            steps = []
-            for step in s.generate(prompt, cfg, cancel=task.is_cancelled):
-                steps.append(step)
-                task.emit_step(step)
-            return Generation(steps=steps, config=cfg, prompt=prompt)
+    def set_status(self, text: str) -> None:
+        self.status_label.setText(text)
 
-        task = Task(run, "generation", keep_result_on_cancel=True)
-        self._gen_task = task
-        state = {"started": False}
+    def measured_speed(self, tokens_per_second: float) -> None:
+        if self.target_path is not None:
+            self.set_reference(self.target_path, tokens_per_second)
 
-        def started(_msg: str, dropped: float) -> None:
-            state["started"] = True
-            if self._closing:
-                return
-            if new_user_text is not None:
-                self.store.add_message(chat_id, Message("user", new_user_text))
-                chat = self.store.chat(chat_id)
-                if chat and chat.title == "New chat":
-                    self.store.rename_chat(chat_id, new_user_text.splitlines()[0][:48])
-                    self._refresh_chat_list()
-            if dropped:
-                self.status_label.setText(f"the chat is longer than the context: the oldest {int(dropped)} message(s) were left out")
-
-        task.progress.connect(started)
-        task.step.connect(self._on_step)
-        task.succeeded.connect(lambda gen: self._on_generated(gen, chat_id, replaces))
-        task.failed.connect(lambda msg: self._on_generation_failed(msg, chat_id, replaces, new_user_text, state["started"]))
-        task.was_cancelled.connect(lambda: self._on_generation_failed("", chat_id, replaces, new_user_text, state["started"]))
-        task.finished.connect(self._generation_ended)
-        if new_user_text is not None:
-            self.chat_view.add_message("user", new_user_text)
-        self.stats.reset()
-        self._show_reference()
-        self.chat_view.begin_answer()
-        self.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}")
-        self.latency.start()
-        task.start()
-        self._update_state()
-        return True
-
-    def _on_step(self, step) -> None:
-        if self._closing:
-            return
-        if step.tokens:
-            self.chat_view.append_tokens(step.tokens)
-        self.stats.update_stats(step.stats)
-        now = time.monotonic()
-        if self.session is not None and now - self._last_mem > 1.0:
-            self._last_mem = now
-            self.stats.set_memory(self.session.memory())
-
-    def _on_generated(self, gen: Generation | None, chat_id: int, replaces: int | None) -> None:
-        self.latency.stop()
-        if self._closing:
-            return
-        if gen is None:
-            self._answer_delivered()
-            return
-        if self.chat_view.live_text:
-            text, spans = self.chat_view.end_answer()
-        else:
-            # stopped before its first token: nothing is stored, so nothing is shown
-            # (an empty answer in the view would enable Regenerate and Copy on nothing)
-            self.chat_view.discard_answer()
-            text, spans = "", []
-        stats = gen.stats.to_dict() if gen.steps else None
-        if gen.steps:
-            stats["stop_reason"] = gen.stop_reason
-            stats["config"] = gen.config.describe()
-            self.stats.update_stats(gen.stats, live=False)
-        if text:
-            self.store.replace_answer(chat_id, Message("assistant", text, [sp.to_list() for sp in spans], stats), replaces)
-        if replaces is not None and chat_id == self.chat_id:
-            self._open_chat(chat_id)  # shows the new answer in place of the old one
-        if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
-            self.set_reference(self.target_path, gen.stats.tokens_per_second)
-        self._show_reference()  # the estimate follows the target steps this answer timed
-        if self.session is not None:
-            self.stats.set_memory(self.session.memory())
-        reason = {"eos": "finished", "max_tokens": "max tokens reached", "cancelled": "stopped", "context": "context full"}
-        self.status_label.setText(f"{reason.get(gen.stop_reason, gen.stop_reason or '')} · event loop lag max {self.latency.max_ms:.0f} ms")
-        self._refresh_chat_list()
-        self._answer_delivered()
-        self.generation_finished.emit(gen)
-
-    def _on_generation_failed(self, msg: str, chat_id: int, replaces: int | None, new_user_text: str | None,
-                              started: bool) -> None:
-        """The answer failed (``msg``) or was stopped before its first step (no ``msg``)."""
-        self.latency.stop()
-        if self._closing:
-            return
-        text, spans = self.chat_view.end_answer()
-        if started and text and replaces is None:
-            # keep what was written before the failure
-            self.store.add_message(chat_id, Message("assistant", text, [sp.to_list() for sp in spans],
-                                                    {"stop_reason": "error", "error": msg}))
-        if not started and new_user_text is not None and not self.input.toPlainText().strip():
-            self.input.setPlainText(new_user_text)  # nothing was sent: the message is back in the box
-        if chat_id == self.chat_id:
-            self._open_chat(chat_id)
-        if msg:
-            self.show_error(msg)
-        else:
-            self.status_label.setText("stopped")
-        self._answer_delivered()
+    def _chat_settings(self, new: ChatSettings) -> None:
+        """A chat was opened: its settings become the window's (a reload if they need one)."""
+        reload = self.session is not None and new.needs_reload(self.settings)
+        self.settings = new
+        if reload and self.target_path and not self._closing:
+            self.load_models(self.target_path, self.draft_path, confirm_memory=False)
 
     def _answer_delivered(self) -> None:
-        """The answer is stored: the window is ready for the next one (the worker
-        thread may take a moment more to end; closeEvent still waits for it)."""
-        self._gen_task = None
+        """The answer is stored: a pair loaded meanwhile is installed now."""
+        if self._closing:
+            return
         deferred, self._deferred_session = self._deferred_session, None
         if deferred is not None:
             self._loaded(deferred)
@@ -951,6 +667,8 @@ class MainWindow(QMainWindow):
         self.focus_input()
 
     def _generation_ended(self) -> None:
+        if self._closing:
+            return
         self._update_state()
         self.focus_input()
 
@@ -959,7 +677,7 @@ class MainWindow(QMainWindow):
         is parked in llama.cpp for good. Its answer or comparison ends now as failed
         (what was shown is kept), the session is let go (its memory is never freed: that
         would ask the lost server, and llama.cpp aborts then), and a new load may start."""
-        for t in (self._gen_task, self.compare._task):
+        for t in (self.chats.task, self.compare._task):
             if t is not None:
                 t.abandon(message)  # delivers the failure through the task's own handlers
         if self.session is not None:
@@ -967,14 +685,6 @@ class MainWindow(QMainWindow):
             self._refresh_model_lists()
         self.show_error(message)
         self._update_state()
-
-    def stop_generation(self, wait: bool = False) -> None:
-        t = self._gen_task
-        if t is not None and t.isRunning():
-            t.cancel()
-            if wait:
-                t.wait()
-                QGuiApplication.processEvents()
 
     # =============================================================== settings
 
@@ -990,8 +700,7 @@ class MainWindow(QMainWindow):
         reload = self.session is not None and new.needs_reload(self.settings)
         self.settings = new
         save_defaults(new)
-        if self.chat_id is not None:
-            self.store.save_settings(self.chat_id, new.to_dict())
+        self.chats.save_settings(new)
         if reload:
             self.status_label.setText("settings changed: reloading the models…")
             self.load_models(self.target_path, self.draft_path, confirm_memory=False)
@@ -1002,7 +711,9 @@ class MainWindow(QMainWindow):
         """Stop every task, wait for each to end (each honours Stop between steps,
         prompt chunks and load stages), then free the session and the database."""
         self._closing = True
-        self._pending_load = None
+        self.loader.close()
+        self.catalog.close()
+        self.chats.closing = True
         self.latency.stop()
         self.hide()
         for t in running_tasks():
