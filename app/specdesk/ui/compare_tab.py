@@ -75,6 +75,7 @@ class CompareTab(QWidget):
         self.setObjectName("compareTab")
         self._session = session_provider
         self._task: Task | None = None
+        self._handled = True  # the last comparison's outcome has been handled
         self.result: dict | None = None
         self.calibration = None
 
@@ -286,9 +287,12 @@ class CompareTab(QWidget):
 
     # -- running ----------------------------------------------------------------------------
 
+    # Running lasts until the comparison's outcome has been handled on this thread, as
+    # the window's answers and loads do: its thread ends a moment before or after its
+    # result arrives, and the window's state must not depend on which comes first.
     @property
     def running(self) -> bool:
-        return self._task is not None and self._task.isRunning()
+        return self._task is not None and not self._handled
 
     def set_enabled_for(self, session_loaded: bool, busy_elsewhere: bool) -> None:
         self.run_btn.setEnabled(session_loaded and not busy_elsewhere and not self.running)
@@ -361,6 +365,7 @@ class CompareTab(QWidget):
 
         task = Task(leased, "comparison")
         self._task = task
+        self._handled = False
         task.progress.connect(self._on_progress)
         task.succeeded.connect(self._on_done)
         task.failed.connect(self._on_failed)
@@ -381,9 +386,11 @@ class CompareTab(QWidget):
         self.progress.setValue(int(1000 * frac))
 
     def _finish(self, msg: str) -> None:
+        self._handled = True
         self.status.setText(msg)
         self.run_btn.setEnabled(self._session() is not None)
         self.cancel_btn.setEnabled(False)
+        self.stopped.emit()
 
     def _on_failed(self, msg: str) -> None:
         self._finish("failed")
@@ -391,6 +398,7 @@ class CompareTab(QWidget):
 
     def _on_done(self, res: dict | None) -> None:
         if res is None:
+            self._finish("")
             return
         self.result = res
         self.progress.setValue(1000)
