@@ -175,7 +175,8 @@ class StatsPanel(QFrame):
         self.speed_plot.hideButtons()
         self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(BLUE, width=2), name="this answer", antialias=False)
         self.ref_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(GREY, width=1.5, style=Qt.PenStyle.DashLine),
-                                        label="target alone {value:.1f}", labelOpts={"position": 0.15, "color": GREY})
+                                        label="target alone {value:.1f}", labelOpts={"position": 0.02, "color": GREY,
+                                                   "anchors": [(0, 0), (0, 0)]})  # left-aligned under the line: never cut
         self.ref_line.setVisible(False)
         self.speed_plot.addItem(self.ref_line)
         lay.addWidget(self.speed_plot)
