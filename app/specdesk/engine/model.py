@@ -14,7 +14,7 @@ from typing import Callable
 
 import llama_cpp
 
-from ..errors import ModelFileError, SpecDeskError
+from ..errors import Cancelled, ModelFileError, SpecDeskError
 from . import kv
 from .backend import Buffer, capture_buffers, clear_native_errors, ensure_backend, last_native_error
 from .devices import backends
@@ -143,8 +143,6 @@ class Model:
         self.buffers: list[Buffer] = buffers
         if not model:
             if cancelled[0]:
-                from ..errors import Cancelled
-
                 raise Cancelled(f"loading {self.path.name} was cancelled")
             why = last_native_error() or "see the log for the reason"
             raise ModelFileError(f"{self.path.name}: llama.cpp could not load this model: {why}")

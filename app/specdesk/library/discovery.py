@@ -50,6 +50,7 @@ from typing import Callable, Iterator
 
 from ..errors import Cancelled
 from ..paths import hf_hub_cache, models_dir
+from .defaults import default_models
 from .folders import user_folders
 from .scan_cache import InfoCache, inspect_file
 
@@ -258,8 +259,6 @@ class _Scan:
     # -- sources ------------------------------------------------------------------------
 
     def scan_models(self, root: Path) -> None:
-        from .defaults import default_models
-
         try:
             defaults = {m.file: m for m in default_models()}
         except (OSError, ValueError, KeyError, TypeError) as e:

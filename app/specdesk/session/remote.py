@@ -10,6 +10,7 @@ some layers here); without it llama.cpp splits the offloaded layers by free memo
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -213,8 +214,6 @@ def serving_devices(names: Sequence[str] | None) -> list[Device]:
 def start_server(host: str, port: int, device_names: Sequence[str], threads: int, cache_dir: Path | None):
     """Start llama.cpp's RPC server on a daemon thread and return it once it answers a
     handshake (raises RpcError when it cannot listen or does not answer)."""
-    import time
-
     require_rpc()
     _rpc.check_port_free(host, port)
     endpoint = f"{host}:{port}"

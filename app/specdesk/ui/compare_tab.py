@@ -44,7 +44,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..bench.advisor import advisor_section, calibrate, pair_drift
 from ..bench.configs import parse_configs
+from ..bench.report import write_report
+from ..bench.runner import BenchOptions, SessionTarget, run_bench
+from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
 from ..errors import Cancelled, SpecDeskError
 from ..library.quants import offer_upgrade
 from ..speculative.divergence import verdict_text
@@ -91,7 +95,6 @@ class CompareTab(QWidget):
         self.source.setObjectName("compareSource")
         self.source.addItem(CUSTOM_PROMPT, None)
         try:
-            from ..bench.suites import describe_builtin
 
             for name, n, desc in describe_builtin():
                 self.source.addItem(f"suite: {name} ({n} prompts)", name)
@@ -271,7 +274,6 @@ class CompareTab(QWidget):
         return ",".join(names)
 
     def suites(self):
-        from ..bench.suites import Prompt, Suite, load_file, load_suite
 
         data = self.source.currentData()
         if data is None:
@@ -318,9 +320,6 @@ class CompareTab(QWidget):
         total_runs = sum(len(s.prompts) for s in suites) * repeats * len(configs) + len(configs)
 
         def work(task: Task):
-            from ..bench.advisor import advisor_section, calibrate, pair_drift
-            from ..bench.runner import BenchOptions, SessionTarget, run_bench
-
             cal = None
             if use_advisor:
                 cal = calibrate(session, progress=lambda m, f: task.report(m, 0.2 * f), cancel=task.is_cancelled)
@@ -578,7 +577,6 @@ class CompareTab(QWidget):
     # -- report -------------------------------------------------------------------------------
 
     def save_report(self, out_dir: Path) -> list[Path]:
-        from ..bench.report import write_report
 
         if self.result is None:
             raise SpecDeskError("run a comparison first")
