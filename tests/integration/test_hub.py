@@ -27,6 +27,7 @@ from hubserver import FakeHub
 from specdesk.errors import Cancelled
 from specdesk.library import hub as hubmod
 from specdesk.library.hub import DownloadError, HubFile, HubModelFile
+from specdesk.library.hub import transfer as hubtransfer
 from specdesk.cli.download import add_download_parser, cmd_download
 
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -478,13 +479,13 @@ class _DiskFull:
 
 def test_disk_full(hub, cache, monkeypatch):
     opened: list[_DiskFull] = []
-    real_open = hubmod._open_partial
+    real_open = hubtransfer._open_partial
 
     def open_full(path):
         opened.append(_DiskFull(real_open(path), limit=CHUNK + CHUNK // 2))
         return opened[-1]
 
-    monkeypatch.setattr(hubmod, "_open_partial", open_full)
+    monkeypatch.setattr(hubtransfer, "_open_partial", open_full)
     with pytest.raises(DownloadError) as e:
         hubmod.download("org/smol", _smol(hub))
     blobs_dir = cache / "models--org--smol" / "blobs"

@@ -1,19 +1,9 @@
-"""GGUF models from the Hugging Face Hub, through ``huggingface_hub``.
+"""The resumable download of a model into the Hugging Face cache.
 
-``list_gguf``
-    The GGUF models of a repo (``HfApi.model_info(files_metadata=True)``), one
-    ``HubModelFile`` per model: a split GGUF (``name-00001-of-00003.gguf``, ...) is one
-    entry with its parts in order. Sizes come from the API, the quantization type from
-    the file name.
-``pick``
-    One entry by file name or quantization, with a one-line error that lists what the
-    repo has when nothing (or more than one thing) matches.
 ``download``
     Every part into the Hugging Face cache (``HF_HUB_CACHE``), resumable, with
     aggregate progress and cancellation, checked against the Hub's sha256 and by the
     GGUF validator; returns the path of the first part in the cache snapshot.
-``cached_gguf_files``
-    The GGUF models already complete in the cache (``scan_cache_dir``).
 
 How a download works. huggingface_hub 2.4.0's ``hf_hub_download`` writes to a
 process-unique temporary file and deletes it when the download fails, so it cannot
@@ -33,11 +23,6 @@ Progress and cancellation go through the ``tqdm_class`` hook of ``http_get``: it
 ``update`` reports the bytes and raises ``Cancelled`` when ``cancel()`` is true. The
 hook is called once per chunk of ``huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE``
 (10 MiB), so that is the granularity of both.
-
-The endpoint is read from ``HF_ENDPOINT`` and the cache from ``HF_HUB_CACHE`` (or
-``HF_HOME``) when a function is called, not when huggingface_hub was imported, and is
-passed to huggingface_hub explicitly. Every error is a ``SpecDeskError`` with a
-one-line message.
 """
 
 from __future__ import annotations
@@ -53,321 +38,15 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..errors import Cancelled, ModelFileError, SpecDeskError
-from ..fmt import format_download_size
-from .gguf import read_gguf, validate_gguf
+from ...errors import Cancelled, ModelFileError, SpecDeskError
+from ...fmt import format_download_size
+from ..gguf import read_gguf, validate_gguf
+from .errors import DownloadError, _map_error, _network_error_types, _offline_error_types, _one_line
+from .location import _cache_path, _endpoint_now
+from .repo import HubFile, HubModelFile
 
-__all__ = [
-    "DownloadError",
-    "HubFile",
-    "HubModelFile",
-    "cached_gguf_files",
-    "download",
-    "endpoint",
-    "hub_cache_dir",
-    "list_gguf",
-    "parse_quant",
-    "pick",
-]
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
 Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
 CancelCheck = Callable[[], bool]
-
-
-class DownloadError(SpecDeskError):
-    """Listing or downloading from the Hugging Face Hub failed."""
-
-
-# --------------------------------------------------------------------------------------
-# Environment
-# --------------------------------------------------------------------------------------
-
-
-def endpoint() -> str:
-    """The Hub endpoint: ``$HF_ENDPOINT`` (read now) or https://huggingface.co."""
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
-
-_endpoint_now = endpoint  # ``endpoint`` is also a parameter name of the functions below
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face cache, resolved like huggingface_hub does but read now:
-    ``$HF_HUB_CACHE``, ``$HUGGINGFACE_HUB_CACHE``, ``$HF_HOME/hub``, or
-    ``$XDG_CACHE_HOME/huggingface/hub`` (default ``~/.cache/huggingface/hub``)."""
-
-    def expand(p: str) -> Path:
-        return Path(os.path.expandvars(os.path.expanduser(p)))
-
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return expand(os.environ[var])
-    if os.environ.get("HF_HOME"):
-        return expand(os.environ["HF_HOME"]) / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return expand(xdg) / "huggingface" / "hub"
-
-
-def _cache_path(cache_dir: str | os.PathLike[str] | None) -> Path:
-    # hf_hub_download resolves its cache_dir the same way; the partial files must agree.
-    return (Path(cache_dir) if cache_dir is not None else hub_cache_dir()).expanduser().resolve()
-
-
-# --------------------------------------------------------------------------------------
-# File names
-# --------------------------------------------------------------------------------------
-
-# Q4_K_M, Q8_0, Q4_0_4_4, Q6_K, IQ4_XS, IQ2_XXS, TQ1_0, F16, BF16, F32, MXFP4, ...
-_QUANT_RE = re.compile(
-    r"(?<![A-Za-z0-9])(I?Q[1-8](?:_[0-9])*(?:_K)?(?:_(?:XXS|XS|NL|S|M|L|XL))?|TQ[12]_0|MXFP4|BF16|FP16|FP32|F16|F32)"
-    r"(?![A-Za-z0-9])",
-    re.IGNORECASE,
-)
-_SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-
-
-def parse_quant(filename: str) -> str | None:
-    """The quantization type named in a GGUF file name (the last one), upper case:
-    ``"model.Q4_K_M.gguf"`` -> ``"Q4_K_M"``, ``"x-IQ4_XS-00001-of-00002.gguf"`` ->
-    ``"IQ4_XS"``; None if the name has none."""
-    name = filename.rsplit("/", 1)[-1]
-    m = _SPLIT_RE.match(name)
-    stem = m.group("base") if m else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
-    found = _QUANT_RE.findall(stem)
-    if not found:
-        return None
-    q = found[-1].upper()
-    return {"FP16": "F16", "FP32": "F32"}.get(q, q)
-
-
-def _is_projector(filename: str) -> bool:
-    # Vision projectors (mmproj-*.gguf) are not language models: llama.cpp refuses them as one.
-    return filename.rsplit("/", 1)[-1].lower().startswith("mmproj")
-
-
-# --------------------------------------------------------------------------------------
-# Listing
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HubFile:
-    """One file of a repo."""
-
-    filename: str  # the path in the repo
-    size: int | None
-    quant: str | None
-    sha256: str | None = None  # the LFS sha256, when the Hub gives it
-
-
-@dataclass(frozen=True)
-class HubModelFile:
-    """One model of a repo: a single GGUF, or all the parts of a split GGUF in order."""
-
-    quant: str | None
-    files: tuple[HubFile, ...]
-
-    @property
-    def primary(self) -> HubFile:
-        """The file llama.cpp opens: the only one, or part 1."""
-        return self.files[0]
-
-    @property
-    def total_size(self) -> int | None:
-        sizes = [f.size for f in self.files]
-        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
-
-    @property
-    def is_split(self) -> bool:
-        return _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1]) is not None
-
-    @property
-    def n_parts(self) -> int:
-        """How many parts the model has (from the file names); 1 if it is not split."""
-        m = _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1])
-        return int(m.group("count")) if m else 1
-
-    @property
-    def complete(self) -> bool:
-        """All parts are there (always true for a single file)."""
-        if not self.is_split:
-            return True
-        matches = [_SPLIT_RE.match(f.filename.rsplit("/", 1)[-1]) for f in self.files]
-        nos = [int(m.group("no")) if m else 0 for m in matches]
-        return nos == list(range(1, self.n_parts + 1))
-
-    @property
-    def name(self) -> str:
-        """A display name: the file name, or for a split model ``base.gguf``."""
-        head, _, tail = self.primary.filename.rpartition("/")
-        m = _SPLIT_RE.match(tail)
-        if m is None:
-            return self.primary.filename
-        return f"{head}/{m.group('base')}.gguf" if head else f"{m.group('base')}.gguf"
-
-
-def group_gguf(files: Iterable[HubFile]) -> list[HubModelFile]:
-    """Group GGUF files into models: split parts together in part order; vision
-    projectors (mmproj-*) and non-GGUF files are left out. Sorted by name."""
-    singles: list[HubModelFile] = []
-    splits: dict[tuple[str, str], list[tuple[int, HubFile]]] = {}
-    for f in files:
-        if not f.filename.lower().endswith(".gguf") or _is_projector(f.filename):
-            continue
-        head, _, tail = f.filename.rpartition("/")
-        m = _SPLIT_RE.match(tail)
-        if m is None:
-            singles.append(HubModelFile(f.quant, (f,)))
-        else:
-            key = (f"{head}/{m.group('base')}" if head else m.group("base"), m.group("count"))
-            splits.setdefault(key, []).append((int(m.group("no")), f))
-    models = list(singles)
-    for parts in splits.values():
-        parts.sort(key=lambda p: p[0])
-        ordered = tuple(p[1] for p in parts)
-        models.append(HubModelFile(ordered[0].quant, ordered))
-    models.sort(key=lambda m: m.name.lower())
-    return models
-
-
-def list_gguf(repo_id: str, revision: str | None = None, token: str | None = None, *,
-              endpoint: str | None = None) -> list[HubModelFile]:
-    """The GGUF models of ``repo_id`` at ``revision`` (default: main), with sizes."""
-    from huggingface_hub import HfApi
-
-    ep = (endpoint or _endpoint_now()).rstrip("/")
-    try:
-        info = HfApi(endpoint=ep).model_info(repo_id, revision=revision, files_metadata=True, token=token)
-    except Exception as e:  # noqa: BLE001 - mapped to one-line errors, others re-raised
-        raise _map_error(e, repo_id=repo_id, revision=revision, endpoint=ep, token=token) from e
-    files = []
-    for s in info.siblings or []:
-        size = s.lfs.size if s.lfs is not None else s.size
-        sha = s.lfs.sha256 if s.lfs is not None else None
-        files.append(HubFile(s.rfilename, size, parse_quant(s.rfilename), sha))
-    return group_gguf(files)
-
-
-def _describe(m: HubModelFile) -> str:
-    parts = f", {len(m.files)} parts" if m.is_split else ""
-    return f"{m.quant or '?'} ({m.name}{parts})"
-
-
-def pick(files: list[HubModelFile], filename: str | None = None, quant: str | None = None) -> HubModelFile:
-    """The one model matching ``filename`` (the file name or path in the repo, any part
-    of a split model, or its ``base.gguf`` name) and/or ``quant`` (case-insensitive).
-    With neither, the repo must have exactly one model. Raises ``DownloadError``
-    listing what is available when nothing or several match."""
-    if not files:
-        raise DownloadError("the repo has no GGUF files")
-    candidates = list(files)
-    if filename is not None:
-        want = filename.strip().lower()
-
-        def matches(m: HubModelFile) -> bool:
-            names = {m.name.lower(), m.name.rsplit("/", 1)[-1].lower()}
-            for f in m.files:
-                names.add(f.filename.lower())
-                names.add(f.filename.rsplit("/", 1)[-1].lower())
-            return want in names
-
-        candidates = [m for m in candidates if matches(m)]
-        if not candidates:
-            available = ", ".join(m.name for m in files)
-            raise DownloadError(f"no GGUF file named '{filename}' in the repo; available: {available}")
-    if quant is not None:
-        want_q = quant.strip().upper()
-        by_quant = [m for m in candidates if (m.quant or "").upper() == want_q]
-        if not by_quant:
-            quants = sorted({m.quant for m in candidates if m.quant})
-            have = ", ".join(quants) if quants else "none named in the file names"
-            where = f" named '{filename}'" if filename is not None else ""
-            raise DownloadError(f"no {want_q} file{where} in the repo; available quants: {have}")
-        candidates = by_quant
-    if len(candidates) == 1:
-        return candidates[0]
-    listing = "; ".join(_describe(m) for m in candidates)
-    if quant is not None:
-        raise DownloadError(f"{len(candidates)} files have quant {quant.strip().upper()}: {listing}; "
-                            "choose one with --file")
-    raise DownloadError(f"the repo has {len(candidates)} GGUF models, choose one with --quant or --file: {listing}")
-
-
-# --------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------
-
-
-def _one_line(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _network_error_types() -> tuple[type[BaseException], ...]:
-    import httpx2
-
-    return (httpx2.TransportError,)
-
-
-def _map_error(e: BaseException, *, repo_id: str, revision: str | None, endpoint: str,
-               filename: str | None = None, token: str | None = None, cache: Path | None = None) -> SpecDeskError:
-    """A huggingface_hub/httpx error as a one-line ``DownloadError`` (SpecDeskErrors pass)."""
-    if isinstance(e, SpecDeskError):
-        return e
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        HfHubHTTPError,
-        OfflineModeIsEnabled,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    rev = revision or "main"
-    token_hint = "set HF_TOKEN to a token that has access (or run `hf auth login`)"
-    if isinstance(e, HFValidationError):
-        return DownloadError(f"invalid repo id or file name: {_one_line(e)}")
-    if isinstance(e, OfflineModeIsEnabled):
-        return DownloadError(f"cannot reach {endpoint} for {repo_id}: HF_HUB_OFFLINE is set")
-    if isinstance(e, GatedRepoError):
-        status = e.response.status_code if e.response is not None else None
-        if status == 403 or token:
-            return DownloadError(f"{repo_id} is gated and your token has no access to it: "
-                                 f"accept its conditions at {endpoint}/{repo_id}")
-        return DownloadError(f"{repo_id} is gated: accept its conditions at {endpoint}/{repo_id}, then {token_hint}")
-    if isinstance(e, RepositoryNotFoundError):
-        return DownloadError(f"repository '{repo_id}' not found on {endpoint} (if it is private, {token_hint})")
-    if isinstance(e, RevisionNotFoundError):
-        return DownloadError(f"revision '{rev}' not found in {repo_id}")
-    if isinstance(e, RemoteEntryNotFoundError):
-        what = f"file '{filename}'" if filename else "file"
-        return DownloadError(f"{what} not found in {repo_id} at revision '{rev}'")
-    if isinstance(e, HfHubHTTPError):
-        status = e.response.status_code if e.response is not None else None
-        what = f"{filename} in {repo_id}" if filename else repo_id
-        if status == 401:
-            return DownloadError(f"unauthorized (HTTP 401) for {what}: the repo may be private or gated; {token_hint}")
-        if status == 403:
-            return DownloadError(f"access denied (HTTP 403) for {what}: {token_hint}")
-        if status == 429:
-            return DownloadError(f"{endpoint} is rate-limiting requests (HTTP 429) for {what}; try again later")
-        return DownloadError(f"{endpoint} answered HTTP {status} for {what}")
-    if isinstance(e, _network_error_types()):
-        return DownloadError(f"cannot reach {endpoint}: {_one_line(e) or type(e).__name__}; "
-                             "check the network connection (and HF_ENDPOINT if set)")
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        where = f" to {cache}" if cache is not None else ""
-        return DownloadError(f"no space left on device while downloading {filename or repo_id}{where}")
-    if isinstance(e, (OSError, ValueError, RuntimeError)):
-        return DownloadError(f"{filename or repo_id} from {repo_id}: {_one_line(e)}")
-    raise e
-
-
-# --------------------------------------------------------------------------------------
-# Download
-# --------------------------------------------------------------------------------------
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _HASH_BLOCK = 8 << 20
@@ -749,12 +428,6 @@ def download(
     return paths[0]
 
 
-def _offline_error_types() -> tuple[type[BaseException], ...]:
-    from huggingface_hub.errors import OfflineModeIsEnabled
-
-    return (OfflineModeIsEnabled, *_network_error_types())
-
-
 def _cached_parts(repo_id: str, model_file: HubModelFile, revision: str, cache: Path) -> list[Path] | None:
     """The parts already in the cache for ``revision`` (a branch through its ref), or None."""
     from huggingface_hub import try_to_load_from_cache
@@ -766,36 +439,3 @@ def _cached_parts(repo_id: str, model_file: HubModelFile, revision: str, cache: 
             return None
         out.append(Path(p))
     return out
-
-
-# --------------------------------------------------------------------------------------
-# The cache
-# --------------------------------------------------------------------------------------
-
-
-def cached_gguf_files(cache_dir: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:
-    """``(repo_id, path)`` of the GGUF models complete in the Hugging Face cache: single
-    files, and the first part of split models whose parts are all in the same snapshot.
-    Downloads in progress (``blobs/*.incomplete``) are not in a snapshot and not listed."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    cache = _cache_path(cache_dir)
-    try:
-        info = scan_cache_dir(cache)
-    except CacheNotFound:
-        return []
-    out: set[tuple[str, Path]] = set()
-    for repo in info.repos:
-        if repo.repo_type != "model":
-            continue
-        for revision in repo.revisions:
-            files = []
-            for cf in revision.files:
-                rel = cf.file_path.relative_to(revision.snapshot_path).as_posix()
-                if cf.file_path.exists():
-                    files.append(HubFile(rel, cf.size_on_disk, parse_quant(rel)))
-            for m in group_gguf(files):
-                if m.complete:
-                    out.add((repo.repo_id, revision.snapshot_path / m.primary.filename))
-    return sorted(out, key=lambda t: (t[0], str(t[1])))
