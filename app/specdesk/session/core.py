@@ -30,8 +30,10 @@ from ..speculative.proposers import (
     HybridProposer,
     NgramProposer,
     NoProposer,
+    Proposer,
     TranslatedDraftProposer,
 )
+from ..speculative.stats import Stats
 from . import costcache, remote
 from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec
 
@@ -304,7 +306,7 @@ class Session:
         """The draft speaks another vocabulary: its text is re-tokenized for the target."""
         return self.draft is not None and self.compat is not None and not self.compat
 
-    def make_proposer(self, config: GenerationConfig):
+    def make_proposer(self, config: GenerationConfig) -> Proposer:
         if config.proposer == "none":
             return NoProposer()
         if config.proposer == "ngram":
@@ -350,7 +352,8 @@ class Session:
         # lets the next question's answer match the start of this answer
         self.history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + answer)
 
-    def run(self, prompt: Sequence[int], config: GenerationConfig, cancel=None) -> "Generation":
+    def run(self, prompt: Sequence[int], config: GenerationConfig,
+            cancel: Callable[[], bool] | None = None) -> "Generation":
         steps = list(self.generate(prompt, config, cancel))
         return Generation(steps=steps, config=config, prompt=list(prompt))
 
@@ -391,7 +394,7 @@ class Generation:
     prompt: list[int]
 
     @property
-    def stats(self):
+    def stats(self) -> Stats:
         return self.steps[-1].stats
 
     @property

@@ -4,6 +4,7 @@ against what is free. The CLI and the app ask the same question the same way."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psutil
 
@@ -47,7 +48,8 @@ def estimate(spec: ModelSpec) -> dict:
                            repack_types=repack_types())
 
 
-def preflight(target: ModelSpec, draft: ModelSpec | None = None, progress=None) -> Preflight:
+def preflight(target: ModelSpec, draft: ModelSpec | None = None,
+              progress: Callable[[str, float], object] | None = None) -> Preflight:
     """Validate both files, check the pair's vocabularies and weigh the memory.
 
     Raises ModelFileError for a bad file; an incompatible pair is reported in ``compat``."""

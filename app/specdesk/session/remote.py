@@ -10,6 +10,7 @@ some layers here); without it llama.cpp splits the offloaded layers by free memo
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +212,8 @@ def serving_devices(names: Sequence[str] | None) -> list[Device]:
     return gpus or [d for d in local if d.kind == "CPU"][:1]
 
 
-def start_server(host: str, port: int, device_names: Sequence[str], threads: int, cache_dir: Path | None):
+def start_server(host: str, port: int, device_names: Sequence[str], threads: int,
+                 cache_dir: Path | None) -> threading.Thread:
     """Start llama.cpp's RPC server on a daemon thread and return it once it answers a
     handshake (raises RpcError when it cannot listen or does not answer)."""
     require_rpc()
