@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..fmt import format_bytes
+from ..library.hub import download, list_gguf
 from .tasks import Task
 
 
@@ -105,8 +106,6 @@ class HubDialog(QDialog):
             return
 
         def work(task: Task):
-            from ..library.hub import list_gguf
-
             return list_gguf(repo)
 
         self._start(work, "listing", self._listed)
@@ -137,8 +136,6 @@ class HubDialog(QDialog):
         repo = self.repo.text().strip()
 
         def work(task: Task):
-            from ..library.hub import download
-
             return download(repo, mf, progress=lambda done, total: task.report(f"{format_bytes(done)} of {format_bytes(total)}", done / total if total else 0.0), cancel=task.is_cancelled)
 
         self.progress.setVisible(True)
