@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long and how much memory GGUF validation takes, on mutated files and a crafted one.
 
-    .venv/bin/python tools/gguf_fuzz_report.py [--cases 2000] [--seed 1] [--real]
+    .venv/bin/python tools/gguf_fuzz_report.py [--cases 2000] [--seed 1] [--real] [--caps-only] [--runs 5]
 
 Runs ``--cases`` seeded mutations (tests/data/gguf/tiny_gguf.py's ``random_ops``: flipped
 bytes, overwritten length/type/dimension/offset fields, inserted and deleted bytes,
@@ -11,6 +11,11 @@ hole). For each case it measures one ``validate_gguf`` call: wall time, peak mem
 (tracemalloc) and bytes read per byte touched. Then it validates a crafted model with
 262,144 distinct tokens that all decode to the same text (the input that made the old
 duplicate check quadratic) and prints its validation time.
+
+It also builds the worst cases of the record caps (``MAX_KV`` metadata entries,
+``MAX_TENSORS`` tensor infos, and both at once, in complete tiny models that pass
+validation) and prints the median time and the peak memory of validating each, so the
+claim "under a second at both caps" can be re-measured; ``--caps-only`` prints just those.
 
 Timings are noisy on a busy machine; the memory and read figures are not.
 """
@@ -103,7 +108,9 @@ class Measured:
 
 
 def print_structure_heavy() -> None:
-    """Headers made of many small records (the costliest per byte for a Python parser)."""
+    """Headers made of many small records (the costliest per byte for a Python parser).
+    100,000 records is over the caps (MAX_KV, MAX_TENSORS): these show the refusal; the
+    cap worst cases below show the most that is read."""
     from gguf import GGMLQuantizationType as Q
     from gguf import GGUFValueType as VT
     from tiny_gguf import encode_gguf
@@ -120,12 +127,72 @@ def print_structure_heavy() -> None:
             p = Path(tmp_s) / "heavy.gguf"
             p.write_bytes(data)
             t0 = time.perf_counter()
+            outcome = "valid"
             try:
                 validate_gguf(p)
-            except ModelFileError:
-                pass  # not a model: refused after the full parse
+            except ModelFileError as e:
+                outcome = str(e).split(": ", 1)[1]  # not a model, or over a cap
             dt = time.perf_counter() - t0
-            print(f"{what} (header {mib(len(data) - (32 * n if 'tensor' in what else 0))}): {dt:.2f} s")
+            print(f"{what} (header {mib(len(data) - (32 * n if 'tensor' in what else 0))}): {dt:.2f} s [{outcome[:90]}]")
+
+
+def cap_worst_cases(tmp: Path) -> dict[str, Path]:
+    """Complete tiny models (they pass validate_gguf) filled up to the record caps with
+    the costliest records: metadata entries holding 2-string arrays, and 4-dimensional
+    tensor infos named blk.0.* (each goes through the layer check). The expert count
+    makes the validator skip llama's exact tensor set, so the extra tensors are allowed.
+    The tensor data is a sparse hole."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf import GGUFValueType as VT
+    from tiny_gguf import rebuild_gguf
+
+    from specdesk.library.gguf.spec import MAX_KV, MAX_TENSORS
+
+    base = write_tiny_llama(tmp / "cap-base.gguf", TinySpec())
+    g = read_gguf(base, lazy_arrays=True)
+    experts = {"llama.expert_count": (VT.UINT32, 2), "llama.expert_used_count": (VT.UINT32, 1)}
+    n_kv = MAX_KV - len(g.metadata) - len(experts)
+    n_t = MAX_TENSORS - len(g.tensors)
+    kvs = {f"x.{i:05x}": (VT.ARRAY, (VT.STRING, ["a", "b"])) for i in range(n_kv)}
+    tensors = [(f"blk.0.x{i:05x}", (8, 1, 1, 1), int(Q.F32)) for i in range(n_t)]
+    out = {}
+    for what, extra_kv, extra_t in [
+        (f"{MAX_KV:,} metadata entries (the cap)", kvs, []),
+        (f"{MAX_TENSORS:,} tensor infos (the cap)", {}, tensors),
+        (f"both caps: {MAX_KV:,} entries + {MAX_TENSORS:,} tensors", kvs, tensors),
+    ]:
+        path = tmp / f"cap-{len(out)}.gguf"
+        rebuild_gguf(base, path, sparse=True, set_kv={**experts, **extra_kv}, extra_tensors=extra_t)
+        out[what] = path
+    return out
+
+
+def print_cap_worst_cases(runs: int = 5) -> None:
+    """Validation time (median of ``runs``, and the slowest; wall clock and this
+    process's CPU time, which other load on the machine disturbs less) and peak memory
+    at the caps."""
+    import statistics
+
+    with tempfile.TemporaryDirectory(prefix="gguf-caps-") as tmp_s:
+        for what, path in cap_worst_cases(Path(tmp_s)).items():
+            g = read_gguf(path, lazy_arrays=True)
+            header = g.data_offset
+            times, cpu = [], []
+            for _ in range(runs):
+                clear_memo()
+                t0, c0 = time.perf_counter(), time.process_time()
+                validate_gguf(path)  # a valid model: an error here is a bug
+                times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            clear_memo()
+            tracemalloc.start()
+            validate_gguf(path)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            clear_memo()
+            print(f"{what} (header {mib(header)}): validated in {statistics.median(times):.2f} s "
+                  f"(median of {runs}, slowest {max(times):.2f} s; CPU {statistics.median(cpu):.2f} s), "
+                  f"peak {mib(peak)} ({peak / header:.1f}x the header)")
 
 
 def main() -> int:
@@ -133,7 +200,12 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--real", action="store_true", help="also mutate the real model headers in models/")
+    ap.add_argument("--caps-only", action="store_true", help="only the record-cap worst cases")
+    ap.add_argument("--runs", type=int, default=5, help="timed validations per cap worst case")
     a = ap.parse_args()
+    if a.caps_only:
+        print_cap_worst_cases(a.runs)
+        return 0
     m = Measured()
     reader.open = m.counter  # count opens and reads in the GGUF reader
     rng = random.Random(a.seed)
@@ -176,6 +248,7 @@ def main() -> int:
         crafted_reread = m.counter.reread
 
     print_structure_heavy()
+    print_cap_worst_cases(a.runs)
     print(f"cases: {a.cases:,} ({valid:,} valid, {a.cases - valid:,} rejected) in {total:.1f} s, "
           f"files: {', '.join(n for n, _, _ in files)}")
     print(f"worst validation time: {m.worst_time[0] * 1000:.1f} ms  [{m.worst_time[1][:160]}]")

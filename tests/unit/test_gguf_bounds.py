@@ -9,6 +9,7 @@ bytes read, files opened, bytes allocated -- never seconds; the times are printe
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
 from specdesk.engine import kv
@@ -30,11 +32,16 @@ from specdesk.library.gguf import (
     reader,
     validate_gguf,
 )
+from specdesk.library.gguf import records
+from specdesk.library.gguf import stream as gguf_stream
 from specdesk.library.gguf.arrays import StringArray
+from specdesk.library.gguf.spec import MAX_KV, MAX_NESTED_ARRAYS, MAX_TENSORS
+from specdesk.library.gguf.stream import Reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from io_count import CountingOpen  # noqa: E402
 from tiny_gguf import TinySpec, look_alike_tokens, rebuild_gguf, write_big_vocab_llama, write_tiny_llama  # noqa: E402
+from tiny_gguf import apply_mutations, encode_gguf, header_fields, random_ops  # noqa: E402
 
 N_CRAFTED = 262_144
 HOUR = 3600
@@ -231,3 +238,281 @@ def test_the_gguf_package_and_engine_kv_do_not_import_llama_cpp():
             "assert 'llama_cpp' not in sys.modules, sorted(m for m in sys.modules if 'llama' in m)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------
+# The record caps
+# --------------------------------------------------------------------------------------
+#
+# Each metadata entry or tensor info costs a few microseconds of Python however small
+# it is, so a header of tiny records is the slowest to validate per byte. MAX_KV and
+# MAX_TENSORS cap the counts before any record is read, MAX_NESTED_ARRAYS caps arrays
+# held in arrays (which cost as much as a record). The bounds below are structural --
+# records decoded, bytes read, memory -- never seconds; tools/gguf_fuzz_report.py
+# --caps-only measures the time at the caps.
+
+F32 = int(Q.F32)
+ARCH_KV = ("general.architecture", VT.STRING, "llama")
+
+
+class _RecordCount:
+    """Wraps reader's fast-path decoders: records they decode, and records they leave to
+    the checked reads (a call that decodes nothing is followed by one checked record)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.fast = 0
+        self.checked = 0
+        self.calls = 0
+        for name in ("decode_kvs", "decode_tensor_infos"):
+            monkeypatch.setattr(reader, name, self._wrap(getattr(records, name)))
+
+    def _wrap(self, fn):
+        def counted(r, i, *args):
+            self.calls += 1
+            j = fn(r, i, *args)
+            self.fast += j - i
+            self.checked += j == i
+            return j
+
+        return counted
+
+
+def _no_records(monkeypatch) -> None:
+    """Fail if any record is read (fast path or checked reads)."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a record was read")
+
+    monkeypatch.setattr(reader, "decode_kvs", boom)
+    monkeypatch.setattr(reader, "decode_tensor_infos", boom)
+    monkeypatch.setattr(Reader, "raw_string", boom)
+
+
+def _complete_model_with(tmp_path: Path, name: str, n_kv: int, n_tensors: int) -> Path:
+    """A tiny complete llama model (it validates) with ``n_kv`` metadata entries and
+    ``n_tensors`` tensors in all: the extra entries hold 2-string arrays (the costliest
+    small record), the extra tensors are 4-dimensional and named blk.0.* (each goes
+    through the layer check). An expert count makes the validator skip llama's exact
+    tensor set. Tensor data is a sparse hole."""
+    base = write_tiny_llama(tmp_path / f"{name}.base.gguf", TinySpec())
+    g = read_gguf(base, lazy_arrays=True)
+    experts = {"llama.expert_count": (VT.UINT32, 2), "llama.expert_used_count": (VT.UINT32, 1)}
+    extra_kv = {f"x.{i:05x}": (VT.ARRAY, (VT.STRING, ["a", "b"])) for i in range(n_kv - len(g.metadata) - len(experts))}
+    extra_t = [(f"blk.0.x{i:05x}", (8, 1, 1, 1), F32) for i in range(n_tensors - len(g.tensors))]
+    return rebuild_gguf(base, tmp_path / f"{name}.gguf", sparse=True, set_kv={**experts, **extra_kv},
+                        extra_tensors=extra_t)
+
+
+@pytest.fixture(scope="module")
+def at_both_caps(tmp_path_factory) -> Path:
+    return _complete_model_with(tmp_path_factory.mktemp("caps"), "at-caps", MAX_KV, MAX_TENSORS)
+
+
+def test_the_caps_are_far_above_real_models():
+    """The largest real GGUFs have a few thousand tensors (DeepSeek-V3 ~1,800, old
+    split-expert Mixtrals under 1,000) and at most a few hundred metadata keys; the
+    models in models/ have ~300 tensors and ~30 keys. llama.cpp reads no nested arrays."""
+    assert MAX_TENSORS >= 8 * 4_000
+    assert MAX_KV >= 16 * 1_000
+    for path in sorted((Path(__file__).resolve().parents[2] / "models").glob("*.gguf")):
+        g = read_gguf(path, lazy_arrays=True)
+        assert len(g.tensors) <= MAX_TENSORS // 16 and len(g.metadata) <= MAX_KV // 16, path.name
+
+
+def test_a_header_over_the_tensor_cap_is_refused_before_its_records_are_read(tmp_path, monkeypatch):
+    n = MAX_TENSORS + 1
+    data = encode_gguf([ARCH_KV], [(f"t{i:05x}", (8, 1, 1, 1), F32, 32 * i) for i in range(n)])
+    path = tmp_path / "many-tensors.gguf"
+    path.write_bytes(data)
+    assert len(data) > 3 << 19  # well past the first read-ahead window (1 MiB)
+    counting = CountingOpen()
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    _no_records(monkeypatch)
+    with pytest.raises(ModelFileError) as e:
+        validate_gguf(path)
+    assert str(e.value) == (f"many-tensors.gguf: the header declares {n:,} tensors; SpecDesk reads at most "
+                            f"{MAX_TENSORS:,} (real models have a few thousand)")
+    assert "\n" not in str(e.value)
+    assert counting.opened == 1 and counting.bytes_read <= 64 + (1 << 20) < len(data)
+
+
+def test_a_header_over_the_metadata_cap_is_refused_before_its_records_are_read(tmp_path, monkeypatch):
+    n = MAX_KV + 1
+    long_value = "v" * 120
+    data = encode_gguf([ARCH_KV] + [(f"x.{i:05x}", VT.STRING, long_value) for i in range(n - 1)])
+    path = tmp_path / "many-keys.gguf"
+    path.write_bytes(data)
+    assert len(data) > 3 << 19
+    counting = CountingOpen()
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    _no_records(monkeypatch)
+    with pytest.raises(ModelFileError) as e:
+        validate_gguf(path)
+    assert str(e.value) == (f"many-keys.gguf: the header declares {n:,} metadata entries; SpecDesk reads at most "
+                            f"{MAX_KV:,} (real models have a few hundred)")
+    assert counting.opened == 1 and counting.bytes_read <= 64 + (1 << 20) < len(data)
+
+
+def test_the_caps_are_checked_whatever_the_file_size(tmp_path, monkeypatch):
+    """A count just over the cap is refused with the cap's message even when the file
+    is far too small for that many records (no size arithmetic runs first)."""
+    _no_records(monkeypatch)
+    for field, n, what in [("n_tensors", MAX_TENSORS + 1, "tensors"), ("n_kv", MAX_KV + 1, "metadata entries")]:
+        path = tmp_path / f"{field}.gguf"
+        path.write_bytes(encode_gguf([ARCH_KV], **{field: n}))
+        with pytest.raises(ModelFileError, match=f"declares {n:,} {what}; SpecDesk reads at most"):
+            read_gguf(path)
+
+
+def test_a_model_at_both_caps_validates_touching_each_record_once(at_both_caps, monkeypatch, capsys):
+    """MAX_KV entries and MAX_TENSORS tensors together: the model is valid, every record
+    is decoded once (all but a handful by the fast path), each header byte is read about
+    once from a single open, and the memory stays within the documented bound."""
+    header = read_gguf(at_both_caps, lazy_arrays=True).data_offset
+    counting = CountingOpen(budget=header + (4 << 20))
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    count = _RecordCount(monkeypatch)
+    start = time.perf_counter()
+    g = validate_gguf(at_both_caps)
+    elapsed = time.perf_counter() - start
+    assert len(g.metadata) == MAX_KV and len(g.tensors) == MAX_TENSORS
+    assert count.fast + count.checked == MAX_KV + MAX_TENSORS
+    # the checked reads took only the two arrays validate_gguf loads in full and the
+    # records that crossed the end of a read-ahead window (one per MiB at most)
+    assert count.checked <= 2 + 2 * (header // (1 << 20) + 1)
+    assert count.calls <= 2 * ((MAX_KV + MAX_TENSORS) // gguf_stream.CANCEL_EVERY + count.checked + 2)
+    assert counting.opened == 1 and counting.bytes_read <= header + (2 << 20)
+    clear_memo()
+    assert _peak(validate_gguf, at_both_caps) <= 16 * header + (1 << 20)
+    with capsys.disabled():
+        print(f"\nvalidate_gguf at both caps ({MAX_KV:,} entries, {MAX_TENSORS:,} tensors, header "
+              f"{header / 2**20:.1f} MiB): {elapsed:.2f} s, {count.checked} records took the checked reads")
+
+
+def _nested(key: str, n_inner: int) -> tuple:
+    return (key, VT.ARRAY, (VT.ARRAY, [(VT.UINT8, [1])] * n_inner))
+
+
+def test_nested_arrays_over_the_cap_are_refused_before_they_are_read(tmp_path, monkeypatch):
+    """Arrays of arrays (llama.cpp reads none) count together over the whole header;
+    the array that would pass MAX_NESTED_ARRAYS is refused before its elements are read."""
+    first = MAX_NESTED_ARRAYS // 2
+    path = tmp_path / "nested.gguf"
+    path.write_bytes(encode_gguf([ARCH_KV, _nested("a", first), _nested("b", MAX_NESTED_ARRAYS - first + 1)]))
+    calls = []
+    real_array = Reader.array
+    monkeypatch.setattr(Reader, "array", lambda self, *a, **k: calls.append(1) or real_array(self, *a, **k))
+    with pytest.raises(ModelFileError) as e:
+        read_gguf(path)
+    msg = str(e.value)
+    assert msg.startswith(f"nested.gguf: metadata key 'b' holds {MAX_NESTED_ARRAYS - first + 1:,} arrays (at byte ")
+    assert msg.endswith(f"which makes {MAX_NESTED_ARRAYS + 1:,} arrays nested in other arrays; SpecDesk reads "
+                        f"at most {MAX_NESTED_ARRAYS:,} (llama.cpp reads none)")
+    assert len(calls) == 1 + first + 1  # key a and its inner arrays, then key b itself only
+
+
+def test_nested_arrays_at_the_cap_are_read(tmp_path):
+    path = tmp_path / "nested.gguf"
+    first = MAX_NESTED_ARRAYS // 2
+    path.write_bytes(encode_gguf([ARCH_KV, _nested("a", first), _nested("b", MAX_NESTED_ARRAYS - first),
+                                  ("c", VT.ARRAY, (VT.ARRAY, []))]))
+    g = read_gguf(path)
+    assert len(g.get("a")) + len(g.get("b")) == MAX_NESTED_ARRAYS and g.get("c") == []
+    with pytest.raises(ModelFileError, match="is an array of arrays, which llama.cpp cannot read"):
+        validate_gguf(path)  # refused, but for what llama.cpp does, not for the count
+
+
+# --------------------------------------------------------------------------------------
+# The fast path reads exactly what the checked reads read
+# --------------------------------------------------------------------------------------
+
+
+def _plain_value(v):
+    """A metadata value in a form that compares exactly: types kept (True is not 1),
+    NaN equal to NaN, compact arrays by their bytes."""
+    if isinstance(v, list):
+        return ["list", [_plain_value(x) for x in v]]
+    if isinstance(v, np.ndarray):
+        return ["numpy", v.dtype.str, v.tobytes(), v.flags.writeable]
+    if isinstance(v, StringArray):
+        return ["strings", list(v.iter_raw()), v.offset]
+    if isinstance(v, float) and v != v:
+        return ["nan"]
+    return [type(v).__name__, v]
+
+
+def _outcome(path: Path, **kwargs) -> tuple:
+    try:
+        g = read_gguf(path, **kwargs)
+    except ModelFileError as e:
+        return ("error", str(e))
+    return ("ok", {k: _plain_value(v) for k, v in g.metadata.items()}, list(g.metadata), g.value_types,
+            g.kv_offsets, g.arrays, g.tensors, g.alignment, g.data_offset, g.header_end)
+
+
+def _every_kind_of_record() -> bytes:
+    """Metadata of every value type and array shape the fast path handles or declines,
+    and tensor infos of every dimension count."""
+    kvs: list = [ARCH_KV, ("general.alignment", VT.UINT32, 64)]
+    scalars = {VT.UINT8: 7, VT.INT8: -7, VT.UINT16: 700, VT.INT16: -700, VT.UINT32: 7 << 20, VT.INT32: -(7 << 20),
+               VT.FLOAT32: 0.1, VT.BOOL: True, VT.UINT64: 7 << 40, VT.INT64: -(7 << 40), VT.FLOAT64: 0.1}
+    for t, v in scalars.items():
+        kvs.append((f"s.{t.name}", t, v))
+        for n in (0, 1, 16, 17, 1024, 1025):
+            kvs.append((f"a.{t.name}.{n}", VT.ARRAY, (t, [v] * n)))
+    for n in (0, 1, 3, 1024, 1025):
+        kvs.append((f"a.str.{n}", VT.ARRAY, (VT.STRING, [f"s{i}" for i in range(n)])))
+    kvs += [("str", VT.STRING, "h\u00e9llo"), ("bad.utf8", VT.STRING, b"\xff\xfe"), ("k\u00e9y", VT.STRING, ""),
+            ("nested", VT.ARRAY, (VT.ARRAY, [(VT.UINT8, [1, 2]), (VT.STRING, ["x"])])),
+            ("nested.empty", VT.ARRAY, (VT.ARRAY, [])), ("long." + "k" * 400, VT.UINT8, 1),
+            ("nan", VT.FLOAT32, float("nan")), ("tokenizer.ggml.tokens", VT.ARRAY, (VT.STRING, ["a", "b"]))]
+    tensors, off = [], 0
+    for i, dims in enumerate([(32,), (32, 2), (32, 1, 3), (32, 1, 1, 2), (64,)] * 6):
+        tensors.append((f"t{i}" + "n" * (i % 7) * 9, dims, F32, off))
+        off += -(-4 * int(np.prod(dims)) // 64) * 64
+    return encode_gguf(kvs, tensors, alignment=64, data=bytes(off))
+
+
+def test_the_fast_path_reads_what_the_checked_reads_read(tmp_path, monkeypatch):
+    """The same result -- values, types, offsets, tensors, or the same message -- from
+    the fast path with the usual window, from the fast path with tiny windows (so that
+    records keep crossing a window's end), and from the checked reads alone, on files
+    with every kind of record and on a few hundred mutations of them and of the tiny
+    models."""
+    rng = random.Random(11)
+    bases = [_every_kind_of_record()]
+    for tok in ("spm", "bpe"):
+        bases.append(write_tiny_llama(tmp_path / f"tiny-{tok}.gguf", TinySpec(tokenizer=tok)).read_bytes())
+    path = tmp_path / "case.gguf"
+    cases = []
+    for data in bases:
+        path.write_bytes(data)
+        fields = header_fields(data, read_gguf(path, lazy_arrays=True))
+        cases.append(data)
+        cases += [apply_mutations(data, random_ops(rng, data, fields)) for _ in range(100)]
+
+    def fast_off(r, i, *args):
+        return i
+
+    modes = {"fast": {}, "fast, 64-byte windows": {"_CHUNK": 64}, "checked only": {"off": True}}
+    variants = [dict(), dict(lazy_arrays=True), dict(lazy_arrays=True, load=("tokenizer.ggml.tokens", "a.str.3")),
+                dict(max_array_len=16)]
+    seen_errors = set()
+    for k, data in enumerate(cases):
+        path.write_bytes(data)
+        for kwargs in variants:
+            outcomes = {}
+            for mode, how in modes.items():
+                with monkeypatch.context() as m:
+                    if "_CHUNK" in how:
+                        m.setattr(gguf_stream, "_CHUNK", how["_CHUNK"])
+                    if how.get("off"):
+                        m.setattr(reader, "decode_kvs", fast_off)
+                        m.setattr(reader, "decode_tensor_infos", fast_off)
+                    outcomes[mode] = _outcome(path, **kwargs)
+            first = outcomes["fast"]
+            for mode, got in outcomes.items():
+                assert got == first, f"case {k} {kwargs}: {mode} differs from fast"
+            if first[0] == "error":
+                seen_errors.add(first[1].split(":", 1)[1][:30])
+    assert len(seen_errors) >= 20  # the mutations reached many different checks

@@ -5,7 +5,8 @@ crashes on malformed files. Every model goes through this package before it reac
 llama.cpp. One job per module:
 
 ``reader``      :func:`read_gguf`, the bounded header parser, and :func:`load_array`
-                (over ``stream``, the length-checking reader, into ``header``'s GGUFFile).
+                (over ``stream``, the length-checking reader, into ``header``'s GGUFFile;
+                ``records`` is its fast path for runs of well-formed records).
 ``validate``    :func:`validate_gguf`: the checks llama.cpp's loader makes, memoised.
 ``vocab``       the vocabulary as llama.cpp builds it (duplicates, VocabInfo from metadata).
 ``estimate``    :func:`estimate_memory`: RAM/VRAM from the header (engine.kv's formula).

@@ -8,13 +8,19 @@ tensor data. Structural problems raise a one-line ``ModelFileError``.
 Bounds, for any input:
 
 * Time: one pass over the header. Each header byte is read once (plus once more for
-  a string array kept as a :class:`StringArray`); tensor data is never read.
+  a string array kept as a :class:`StringArray`); tensor data is never read. Each
+  record costs a few microseconds of Python however small it is, so the counts are
+  capped before any record is read -- ``MAX_KV`` metadata entries, ``MAX_TENSORS``
+  tensor infos, ``MAX_NESTED_ARRAYS`` arrays held in arrays -- and runs of plain
+  records go through the fast path of :mod:`.records`. A header at both caps, of the
+  costliest small records, validates in about a quarter of a second on two slow cores
+  (``tools/gguf_fuzz_report.py --caps-only`` measures it).
 * Memory: nothing is allocated before its length has been checked against the bytes
   left in the file. Arrays longer than ``LAZY_ARRAY_MIN`` stay compact (numpy or a
   StringArray: at most 2 bytes per file byte). What remains are the Python objects per
   metadata entry, short array and tensor info, so the peak is linear in the header's
-  size: at most 16 bytes per header byte plus 1 MiB (measured worst: 12x, for a header
-  of 200,000 one-byte entries; real headers: well under 1x, the tensor data is never
+  size: at most 16 bytes per header byte plus 1 MiB (measured worst: 11x, for a header
+  of 16,384 one-byte entries; real headers: well under 1x, the tensor data is never
   read). The fuzz test checks this bound on every case.
 * ``cancel`` (a callable returning True to stop) is checked every few thousand
   entries, tensors or array elements; a cancelled read raises ``Cancelled``.
@@ -50,6 +56,7 @@ from .spec import (
     VT,
     type_name,
 )
+from .records import KV_WINDOW, TENSOR_INFO_MAX, decode_kvs, decode_tensor_infos
 from .stream import CANCEL_EVERY, Cancel, Reader
 from .text import describe_magic
 from .text import label as _label
@@ -109,8 +116,9 @@ def read_gguf(
     * the path exists, is a readable regular file and is not empty;
     * the magic is ``GGUF`` (otherwise the message shows the first bytes and what they
       look like) and the version is 2 or 3 (v1 and big-endian files are named as such);
-    * the tensor and key/value counts are at most 1,000,000 each and the file is large
-      enough to hold that many minimal records -- before any loop runs;
+    * the tensor and key/value counts are at most ``MAX_TENSORS`` (32,768) and ``MAX_KV``
+      (16,384) and the file is large enough to hold that many minimal records -- before
+      any loop runs; at most ``MAX_NESTED_ARRAYS`` (4,096) arrays are held in arrays;
     * every key is non-empty, has no NUL byte and appears once; every value type is a
       known ``GGUFValueType``; every string and array length fits in the bytes left in
       the file (strings at most ``MAX_STRING_BYTES``, arrays at most ``max_array_len``
@@ -163,9 +171,11 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
     n_tensors = r.u64()
     n_kv = r.u64()
     if n_tensors > MAX_TENSORS:
-        raise r.fail(f"header claims {_n(n_tensors)} tensors; the limit is {_n(MAX_TENSORS)} (corrupt header)")
+        raise r.fail(f"the header declares {_n(n_tensors)} tensors; SpecDesk reads at most {_n(MAX_TENSORS)} "
+                     f"(real models have a few thousand)")
     if n_kv > MAX_KV:
-        raise r.fail(f"header claims {_n(n_kv)} metadata entries; the limit is {_n(MAX_KV)} (corrupt header)")
+        raise r.fail(f"the header declares {_n(n_kv)} metadata entries; SpecDesk reads at most {_n(MAX_KV)} "
+                     f"(real models have a few hundred)")
     need = n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_INFO_BYTES
     if need > r.left:
         raise r.fail(
@@ -179,9 +189,18 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
     kv_offsets: dict[str, int] = {}
     arrays: dict[str, GGUFArray] = {}
     type_pairs: dict[tuple[int, int | None], tuple[int, int | None]] = {}  # share the tuples
-    for i in range(n_kv):
+    i = 0
+    while i < n_kv:
         if i and not i % CANCEL_EVERY:
             r.check_cancel()
+        # the fast path (records.py) takes runs of plain entries, up to the next cancel check
+        r.window(KV_WINDOW)
+        stop = min(n_kv, (i // CANCEL_EVERY + 1) * CANCEL_EVERY)
+        j = decode_kvs(r, i, stop, lazy, load, metadata, value_types, kv_offsets, arrays, type_pairs)
+        if j > i:
+            i = j
+            continue
+        # the checked reads take the entry the fast path left: they name its problem
         start = r.pos
         r.place = ("entry", i)
         raw = r.raw_string()
@@ -204,6 +223,7 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
         kv_offsets[key] = start
         if ref is not None:
             arrays[key] = ref
+        i += 1
 
     alignment = DEFAULT_ALIGNMENT
     akey = gguf.Keys.General.ALIGNMENT
@@ -217,9 +237,15 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
     # -- tensor infos ---------------------------------------------------------------------
     infos: list = []  # (name, dims, type, type name, relative offset, n_bytes, info offset)
     seen: set[str] = set()
-    for i in range(n_tensors):
+    i = 0
+    while i < n_tensors:
         if i and not i % CANCEL_EVERY:
             r.check_cancel()
+        r.window(TENSOR_INFO_MAX)  # as for the metadata: the fast path, then the checked reads
+        j = decode_tensor_infos(r, i, min(n_tensors, (i // CANCEL_EVERY + 1) * CANCEL_EVERY), seen, alignment, infos)
+        if j > i:
+            i = j
+            continue
         start = r.pos
         r.place = ("info", i)
         raw = r.raw_string()
@@ -259,6 +285,7 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
         if offset % alignment:
             raise r.fail(f"tensor '{_show(name)}' data offset {_n(offset)} is not a multiple of the alignment {alignment}")
         infos.append((name, tuple(dims), ttype, tname, offset, n_bytes, start))
+        i += 1
     del seen
     header_end = r.pos
 

@@ -15,8 +15,16 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)  # v1 used 32-bit lengths and is no longer loaded by llama.cpp
 DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT
 
-MAX_TENSORS = 1_000_000
-MAX_KV = 1_000_000
+#: Caps on the header's record counts, checked before any record is read. Each record
+#: costs a few microseconds of Python, so the caps bound validation time: at both caps
+#: together validate_gguf stays well under a second (tools/gguf_fuzz_report.py measures
+#: it). Real models are far below them: the largest have a few thousand tensors
+#: (DeepSeek-V3 ~1,800; split-expert Mixtrals under 1,000) and a few hundred keys at most.
+MAX_TENSORS = 32_768
+MAX_KV = 16_384
+#: Arrays held in other arrays, counted over the whole header: llama.cpp reads none, and
+#: each costs as much as a record, so they need a cap of their own.
+MAX_NESTED_ARRAYS = 4_096
 DEFAULT_MAX_ARRAY_LEN = 1 << 24  # 16.7 M elements; the largest real vocabularies are ~260 k
 MAX_STRING_BYTES = 64 << 20  # one metadata string (a chat template is ~10 KB)
 MAX_ARRAY_DEPTH = 4  # arrays of arrays of ... (llama.cpp itself reads none)

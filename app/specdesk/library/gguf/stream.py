@@ -20,6 +20,7 @@ from .spec import (
     KNOWN_VALUE_TYPES,
     LAZY_ARRAY_MIN,
     MAX_ARRAY_DEPTH,
+    MAX_NESTED_ARRAYS,
     MAX_STRING_BYTES,
     NUMPY_DTYPES,
     SCALAR_STRUCTS,
@@ -54,6 +55,7 @@ class Reader:
         self.base = 0
         self.pos = 0
         self.place: tuple[str, object] = ("the header", None)  # rendered only for a message
+        self.nested = 0  # arrays read inside other arrays so far (at most MAX_NESTED_ARRAYS)
 
     @property
     def where(self) -> str:
@@ -106,6 +108,13 @@ class Reader:
         self.buf = data
         self.base = self.pos
         return 0
+
+    def window(self, n: int) -> int:
+        """Make the next ``n`` bytes -- fewer at the end of the file -- available in
+        ``buf``; return their index there. For decoders that check every field they read
+        against ``len(buf)`` themselves (``buf`` never holds bytes past the file's size)."""
+        left = self.size - self.pos
+        return self.need(n if n < left else left)
 
     def read_exact(self, start: int, n: int) -> bytes:
         """``n`` bytes at ``start`` (already bounds-checked), read directly."""
@@ -186,6 +195,12 @@ class Reader:
             return etype, self.string_list(n), ref
         if etype == VT.ARRAY:
             self.check_length(n, 12, "array length", at)
+            self.nested += n
+            if self.nested > MAX_NESTED_ARRAYS:  # each costs as much as a record: refused before any is read
+                raise self.fail(
+                    f"{self.where} holds {_n(n)} arrays (at byte {_n(at)}), which makes {_n(self.nested)} arrays "
+                    f"nested in other arrays; SpecDesk reads at most {_n(MAX_NESTED_ARRAYS)} (llama.cpp reads none)"
+                )
             items = []
             for i in range(n):
                 if i and not i % CANCEL_EVERY:
