@@ -50,3 +50,12 @@ def smol_draft_path(smol_path, tmp_path_factory):
     from quantize import quantize
 
     return quantize(smol_path, tmp_path_factory.mktemp("models") / "smol-q4_0.gguf", "Q4_0")
+
+
+@pytest.fixture(autouse=True)
+def _quick_fetch_retries(monkeypatch):
+    """Index fetches retry as pip does (5 times, sleeping longer each time); tests of
+    failures count the tries, not the seconds between them."""
+    from specdesk.library import pypi_fetch
+
+    monkeypatch.setattr(pypi_fetch, "_BACKOFF", 0.01)

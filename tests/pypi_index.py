@@ -25,6 +25,8 @@ Routes on the index:
                                  answers ``301`` to the normalized one, as PyPI does;
                                  an unknown project ``404``
 ``GET /packages/<file>``         ``302`` to the file host
+``GET /find-links/``             a pip ``find-links`` page: one HTML page linking every
+                                 file of every project (``#sha256=`` fragments as above)
 Route on the file host:
 ``GET /files/<file>``            the wheel's bytes
 
@@ -35,7 +37,11 @@ outside a checkout) names small fake models, and empty models, cache and data fo
 
 Fault switches: ``wrong_hash(file)`` (the page lists a wrong sha256), ``set_status(path
 or file, code)`` (answer that code instead), ``hold(file)`` (pause the body half way
-until released), ``hashes="none"`` (list no hashes). Only the standard library is used.
+until released), ``hashes="none"`` (list no hashes), ``fail_next(path or file, n,
+status=None)`` (the next ``n`` requests get ``status``, or with ``None`` a connection
+closed without an answer; then it answers as usual). ``FakeIndex(files_host="localhost")``
+names the file host by another host name (the same 127.0.0.1 socket), so a client sees
+the redirect cross to another host. Only the standard library is used.
 
 ``FakeIndex(tls=context)`` serves both the index and the file host over HTTPS with that
 server-side :class:`ssl.SSLContext` (each connection wrapped with ``wrap_socket`` in its
@@ -52,6 +58,10 @@ requests it fetches itself (not following redirects), ``CONNECT`` it tunnels, an
         os.environ["http_proxy"] = proxy.url       # http://127.0.0.1:PORT
         ...
         proxy.log                                  # [ProxyRequest("GET", "http://..."), ...]
+
+``FakeProxy(hosts={"mirror.test": "127.0.0.1"})`` resolves those names itself (as a
+company proxy resolves names the client cannot), so a test can reach a stand-in by a
+host name that is neither local nor an address.
 """
 
 from __future__ import annotations
@@ -183,7 +193,8 @@ class _TLSServer(ThreadingHTTPServer):
 class FakeIndex:
     def __init__(self, *, json: bool = True, html: bool = True, redirect: bool = True,
                  auth: tuple[str, str] | None = None, hashes: str = "sha256",
-                 tls: ssl.SSLContext | None = None, poll_interval: float = 0.5) -> None:
+                 tls: ssl.SSLContext | None = None, poll_interval: float = 0.5,
+                 files_host: str = "127.0.0.1") -> None:
         assert json or html
         self.serve_json = json
         self.serve_html = html
@@ -194,6 +205,8 @@ class FakeIndex:
         self.requests: list[IndexRequest] = []
         self.statuses: dict[str, int] = {}
         self.holds: dict[str, Hold] = {}
+        self.failures: dict[str, list] = {}  # target -> [requests left to fail, status or None]
+        self.files_host = files_host
         self._lock = threading.Lock()
         self.scheme = "https" if tls else "http"
         self.tls_failures: list[str] = []
@@ -236,7 +249,7 @@ class FakeIndex:
 
     @property
     def files_root(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self._files.server_address[1]}"
+        return f"{self.scheme}://{self.files_host}:{self._files.server_address[1]}"
 
     # -- content ---------------------------------------------------------------------
 
@@ -268,6 +281,22 @@ class FakeIndex:
             self.statuses.pop(target, None)
         else:
             self.statuses[target] = status
+
+    def fail_next(self, target: str, times: int, status: int | None = None) -> None:
+        """Fail the next ``times`` requests for a path (``/simple/x/``) or a file name:
+        answer ``status``, or (``None``) close the connection without answering."""
+        with self._lock:
+            self.failures[target] = [times, status]
+
+    def _take_failure(self, server: str, path: str) -> tuple[bool, int | None]:
+        keys = [path] + ([path[len("/files/"):]] if server == "files" and path.startswith("/files/") else [])
+        with self._lock:
+            for k in keys:
+                f = self.failures.get(k)
+                if f and f[0] > 0:
+                    f[0] -= 1
+                    return True, f[1]
+        return False, None
 
     def hold(self, filename: str) -> Hold:
         h = self.holds[filename] = Hold()
@@ -318,6 +347,16 @@ class FakeIndex:
                 f"<title>Links for {project}</title></head><body><h1>Links for {project}</h1>\n"
                 + "\n".join(rows) + "\n</body></html>\n").encode()
 
+    def page_find_links(self) -> bytes:
+        """A find-links page: every file of every project, as a plain HTML list."""
+        with self._lock:
+            files = list(self.files.values())
+        rows = []
+        for f in files:
+            frag = f"#sha256={f.listed_sha256}" if self.hashes == "sha256" else ""
+            rows.append(f'<li><a href="{html.escape(self._file_url(f) + frag)}">{html.escape(f.filename)}</a></li>')
+        return ("<html><body><h1>Wheels</h1><ul>\n" + "\n".join(rows) + "\n</ul></body></html>\n").encode()
+
 
 def _accepts(accept: str) -> dict[str, float]:
     out = {}
@@ -348,6 +387,12 @@ def _make_handler(owner: FakeIndex, server: str):
                                self.headers.get("Authorization"), self.headers.get("User-Agent", ""))
             with owner._lock:
                 owner.requests.append(req)
+            failing, status = owner._take_failure(server, req.path)
+            if failing and status is None:  # the connection closes without an answer
+                self.close_connection = True
+                return
+            if failing:
+                return self._send(req, status, b"failing on purpose")
             try:
                 if server == "index":
                     self._index(req)
@@ -373,12 +418,16 @@ def _make_handler(owner: FakeIndex, server: str):
                 return self._send(req, owner.statuses[path], b"forced status")
             if path.startswith("/packages/"):
                 return self._send(req, 302, b"", headers={"Location": f"{owner.files_root}/files/{path[len('/packages/'):]}"})
-            if not path.startswith("/simple/"):
+            if not path.startswith(("/simple/", "/find-links/")):
                 return self._send(req, 404, b"not found")
             if owner.auth:
                 want = "Basic " + base64.b64encode(f"{owner.auth[0]}:{owner.auth[1]}".encode()).decode()
                 if req.authorization != want:
                     return self._send(req, 401, b"unauthorized", headers={"WWW-Authenticate": 'Basic realm="fake"'})
+            if path == "/find-links/":
+                return self._send(req, 200, owner.page_find_links(), HTML_TYPE + "; charset=utf-8")
+            if not path.startswith("/simple/"):
+                return self._send(req, 404, b"not found")
             name = path[len("/simple/"):].strip("/")
             if not name:
                 projects = sorted({f.project for f in owner.files.values()})
@@ -441,8 +490,9 @@ class ProxyRequest:
 class FakeProxy:
     """A forwarding HTTP proxy on 127.0.0.1 that records what it served (``log``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hosts: dict[str, str] | None = None) -> None:
         self.log: list[ProxyRequest] = []
+        self.hosts = dict(hosts or {})  # names the proxy resolves itself
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_proxy_handler(self))
         self._server.daemon_threads = True
@@ -497,7 +547,7 @@ def _make_proxy_handler(owner: FakeProxy):
                 return self._plain(entry, 400, b"an absolute-form http:// URL was expected")
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             headers["Via"] = "1.0 fake-proxy"
-            conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=30)
+            conn = http.client.HTTPConnection(owner.hosts.get(parts.hostname, parts.hostname), parts.port or 80, timeout=30)
             try:
                 conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers)
                 resp = conn.getresponse()
@@ -522,7 +572,8 @@ def _make_proxy_handler(owner: FakeProxy):
             entry = self._record()
             host, _, port = self.path.rpartition(":")
             try:
-                upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=30)
+                upstream = socket.create_connection((owner.hosts.get(host.strip("[]"), host.strip("[]")), int(port)),
+                                                    timeout=30)
             except (OSError, ValueError) as e:
                 return self._plain(entry, 502, f"the proxy could not reach {self.path}: {e}".encode())
             entry.status = 200
