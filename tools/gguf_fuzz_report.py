@@ -16,6 +16,11 @@ It also builds the worst cases of the record caps (``MAX_KV`` metadata entries,
 ``MAX_TENSORS`` tensor infos, and both at once, in complete tiny models that pass
 validation) and prints the median time and the peak memory of validating each, so the
 claim "under a second at both caps" can be re-measured; ``--caps-only`` prints just those.
+The same for the string cap (``MAX_STRINGS`` string elements over all arrays): one long
+array at the cap (a vocabulary of that many tokens, which the validator also loads and
+hashes), the cap spread over thousands of short arrays (each decoded into a list), and
+the cap in arrays nested in arrays (read by the checked reads; refused afterwards, as
+llama.cpp reads no nested arrays).
 
 Timings are noisy on a busy machine; the memory and read figures are not.
 """
@@ -167,6 +172,63 @@ def cap_worst_cases(tmp: Path) -> dict[str, Path]:
     return out
 
 
+def string_cap_worst_cases(tmp: Path) -> dict[str, tuple[Path, str | None]]:
+    """Headers holding ``MAX_STRINGS`` array strings in all (the string cap), each with
+    the message validate_gguf ends with (None: the model is valid). Strings of two
+    bytes: each decoded one is a new object (one-byte ones are shared)."""
+    from gguf import GGUFValueType as VT
+    from tiny_gguf import encode_gguf, rebuild_gguf
+
+    from specdesk.library.gguf.spec import MAX_STRINGS
+
+    out: dict[str, tuple[Path, str | None]] = {}
+    base = write_tiny_llama(tmp / "strings-base.gguf", TinySpec(tokenizer="bpe"))
+    g = read_gguf(base, lazy_arrays=True)
+    in_base = {k: len(v) for k, v in g.metadata.items() if g.value_types[k] == (VT.ARRAY, VT.STRING)}  # type: ignore[arg-type]
+    n_tok = MAX_STRINGS - (sum(in_base.values()) - in_base["tokenizer.ggml.tokens"])
+    tokens = [b"%x" % i for i in range(n_tok)]  # distinct, no NUL
+    out[f"one array at the string cap: {n_tok:,} tokens (+ {MAX_STRINGS - n_tok:,} other strings)"] = (
+        write_big_vocab_llama(tmp / "strings-vocab.gguf", tokens, base=base), None)
+    per = 1024  # the longest array that becomes a list
+    n_arr, rest = divmod(MAX_STRINGS - sum(in_base.values()), per)
+    spread = {f"x.{i:05x}": (VT.ARRAY, (VT.STRING, ["ab"] * per)) for i in range(n_arr)}
+    spread["x.rest"] = (VT.ARRAY, (VT.STRING, ["ab"] * rest))
+    out[f"the string cap spread: {n_arr:,} arrays of {per:,} strings"] = (
+        rebuild_gguf(base, tmp / "strings-spread.gguf", sparse=True, set_kv=spread), None)
+    nested = [(VT.STRING, ["ab"] * per)] * (MAX_STRINGS // per)
+    data = encode_gguf([("general.architecture", VT.STRING, "llama"), ("x.nested", VT.ARRAY, (VT.ARRAY, nested))])
+    path = tmp / "strings-nested.gguf"
+    path.write_bytes(data)
+    out[f"the string cap in nested arrays: {len(nested):,} arrays of {per:,} strings in one"] = (path, "array of arrays")
+    return out
+
+
+def _time_and_peak(path: Path, runs: int) -> tuple[list[float], list[float], int, str | None]:
+    """validate_gguf ``runs`` times (wall and CPU seconds), then once under tracemalloc
+    (peak bytes); and the error it ends with, if any."""
+    times, cpu = [], []
+    error = None
+    for _ in range(runs):
+        clear_memo()
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            validate_gguf(path)
+        except ModelFileError as e:
+            error = str(e).split(": ", 1)[1]
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    clear_memo()
+    tracemalloc.start()
+    try:
+        validate_gguf(path)
+    except ModelFileError:
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    clear_memo()
+    return times, cpu, peak, error
+
+
 def print_cap_worst_cases(runs: int = 5) -> None:
     """Validation time (median of ``runs``, and the slowest; wall clock and this
     process's CPU time, which other load on the machine disturbs less) and peak memory
@@ -174,23 +236,16 @@ def print_cap_worst_cases(runs: int = 5) -> None:
     import statistics
 
     with tempfile.TemporaryDirectory(prefix="gguf-caps-") as tmp_s:
-        for what, path in cap_worst_cases(Path(tmp_s)).items():
-            g = read_gguf(path, lazy_arrays=True)
-            header = g.data_offset
-            times, cpu = [], []
-            for _ in range(runs):
-                clear_memo()
-                t0, c0 = time.perf_counter(), time.process_time()
-                validate_gguf(path)  # a valid model: an error here is a bug
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-            clear_memo()
-            tracemalloc.start()
-            validate_gguf(path)
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-            clear_memo()
-            print(f"{what} (header {mib(header)}): validated in {statistics.median(times):.2f} s "
+        tmp = Path(tmp_s)
+        cases = {what: (path, None) for what, path in cap_worst_cases(tmp).items()}
+        cases.update(string_cap_worst_cases(tmp))
+        for what, (path, expected) in cases.items():
+            header = read_gguf(path, lazy_arrays=True).data_offset
+            times, cpu, peak, error = _time_and_peak(path, runs)
+            if (error is None) != (expected is None) or (error and expected not in error):
+                raise AssertionError(f"{what}: expected {expected or 'a valid model'}, got {error or 'a valid model'}")
+            outcome = "validated" if error is None else f"refused after reading ({error[:60]}...)"
+            print(f"{what} (header {mib(header)}): {outcome} in {statistics.median(times):.2f} s "
                   f"(median of {runs}, slowest {max(times):.2f} s; CPU {statistics.median(cpu):.2f} s), "
                   f"peak {mib(peak)} ({peak / header:.1f}x the header)")
 

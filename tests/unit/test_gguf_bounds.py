@@ -35,7 +35,7 @@ from specdesk.library.gguf import (
 from specdesk.library.gguf import records
 from specdesk.library.gguf import stream as gguf_stream
 from specdesk.library.gguf.arrays import StringArray
-from specdesk.library.gguf.spec import MAX_KV, MAX_NESTED_ARRAYS, MAX_TENSORS
+from specdesk.library.gguf.spec import MAX_KV, MAX_NESTED_ARRAYS, MAX_STRINGS, MAX_TENSORS
 from specdesk.library.gguf.stream import Reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
@@ -516,3 +516,192 @@ def test_the_fast_path_reads_what_the_checked_reads_read(tmp_path, monkeypatch):
             if first[0] == "error":
                 seen_errors.add(first[1].split(":", 1)[1][:30])
     assert len(seen_errors) >= 20  # the mutations reached many different checks
+
+
+# --------------------------------------------------------------------------------------
+# The string cap
+# --------------------------------------------------------------------------------------
+#
+# Each string element of an array costs a loop step (more when it is decoded into a
+# list or hashed as a token), and a header of 100 MiB holds 11 million one-byte strings:
+# MAX_STRINGS caps their total over the header, checked against each array's declared
+# length before its strings are read. tools/gguf_fuzz_report.py --caps-only measures the
+# time at the cap.
+
+STRING = int(VT.STRING)
+
+
+def _string_array_entry(key: str, n: int, text: bytes = b"a") -> bytes:
+    """One metadata entry, encoded: ``key`` -> an array of ``n`` copies of ``text``."""
+    raw = key.encode()
+    item = len(text).to_bytes(8, "little") + text
+    return (len(raw).to_bytes(8, "little") + raw + int(VT.ARRAY).to_bytes(4, "little")
+            + STRING.to_bytes(4, "little") + n.to_bytes(8, "little") + item * n)
+
+
+def _with_entries(src: Path, dst: Path, entries: dict[str, bytes]) -> Path:
+    """Copy the GGUF ``src`` with the encoded metadata ``entries`` replacing the keys of
+    the same name or added after the last one (faster than rebuild_gguf for millions of
+    strings). Tensor offsets are relative to the data section, so they stay; the data
+    section moves to the next aligned offset."""
+    g = read_gguf(src, lazy_arrays=True)
+    data = src.read_bytes()
+    starts = sorted(g.kv_offsets.values()) + [g.tensors[0].info_offset if g.tensors else g.header_end]
+    ends = dict(zip(starts, starts[1:]))
+    head = bytearray(data[:starts[0]])
+    kept = 0
+    for key, start in g.kv_offsets.items():
+        if key not in entries:
+            head += data[start : ends[start]]
+            kept += 1
+    for entry in entries.values():
+        head += entry
+    head += data[starts[-1] : g.header_end]
+    head[16:24] = (kept + len(entries)).to_bytes(8, "little")
+    head += bytes(-len(head) % g.alignment if g.tensors else 0)
+    with open(dst, "wb") as f:
+        f.write(head)
+        f.write(data[g.data_offset :])
+    return dst
+
+
+def _strings_in(path: Path) -> int:
+    g = read_gguf(path, lazy_arrays=True)
+    return sum(len(v) for k, v in g.metadata.items() if g.value_types[k] == (VT.ARRAY, VT.STRING))  # type: ignore[arg-type]
+
+
+def _no_walk(monkeypatch, allowed: tuple[int, ...] = ()) -> list[int]:
+    """Record the length of every string array walked; fail on one not in ``allowed``."""
+    walked: list[int] = []
+    real = Reader.walk_strings
+
+    def walk(self, n, *args):
+        walked.append(n)
+        assert n in allowed, f"an array of {n:,} strings was walked"
+        return real(self, n, *args)
+
+    monkeypatch.setattr(Reader, "walk_strings", walk)
+    return walked
+
+
+def _cap_message(name: str, key: str, n: int, at: int, total: int) -> str:
+    return (f"{name}: metadata key '{key}' is an array of {n:,} strings (at byte {at:,}), which makes {total:,} "
+            f"strings in the header's arrays; SpecDesk reads at most {MAX_STRINGS:,} (real models have about half a million at most)")
+
+
+def test_the_string_cap_is_far_above_real_models(crafted):
+    """Real vocabularies: up to 262,144 tokens (Gemma 3), and tokens plus merges about
+    half a million at most (BLOOM 250k + 250k, Llama 3 128k + 280k); the cap is twice
+    that. The models in models/ and the 262,144-token crafted model are far below it."""
+    assert MAX_STRINGS >= 2 * 500_000
+    assert _strings_in(crafted) <= MAX_STRINGS // 3
+    for path in sorted((Path(__file__).resolve().parents[2] / "models").glob("*.gguf")):
+        assert _strings_in(path) <= MAX_STRINGS // 3, path.name
+
+
+def test_a_string_array_over_the_cap_is_refused_before_its_strings_are_read(tmp_path, monkeypatch):
+    n = MAX_STRINGS + 1
+    entry = _string_array_entry("x.strings", n)
+    data = encode_gguf([ARCH_KV]) + entry
+    data = data[:16] + (2).to_bytes(8, "little") + data[24:]
+    path = tmp_path / "many-strings.gguf"
+    path.write_bytes(data)
+    at = len(data) - len(entry) + 8 + len("x.strings") + 4 + 4  # the array's length field
+    assert len(data) > 8 << 20  # 8 times what the three reads may read in all
+    counting = CountingOpen()
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    _no_walk(monkeypatch)
+    for read in (validate_gguf, read_gguf, lambda p: read_gguf(p, lazy_arrays=True)):
+        with pytest.raises(ModelFileError) as e:
+            read(path)
+        assert str(e.value) == _cap_message("many-strings.gguf", "x.strings", n, at, n)
+    assert counting.opened == 3 and counting.bytes_read <= 3 * (64 + (1 << 20)) < len(data)
+
+
+def _entries_file(path: Path, entries: list[bytes]) -> list[int]:
+    """Write a GGUF of ``ARCH_KV`` and the encoded ``entries``; return where each
+    entry's array length field is (for the messages)."""
+    head = encode_gguf([ARCH_KV], n_kv=1 + len(entries))
+    out, ats = [head], []
+    pos = len(head)
+    for entry in entries:
+        key_len = int.from_bytes(entry[:8], "little")
+        ats.append(pos + 8 + key_len + 4 + 4)
+        out.append(entry)
+        pos += len(entry)
+    path.write_bytes(b"".join(out))
+    return ats
+
+
+def test_the_string_count_is_summed_across_arrays(tmp_path, monkeypatch):
+    """Arrays nested in arrays and short arrays (decoded by the fast path), long arrays
+    (walked by the checked reads) and arrays read in full all count: a header with
+    exactly MAX_STRINGS strings is read; in one more string, the array that brings it,
+    long or short, is refused before its strings are read, and nothing after it is."""
+    nested = encode_gguf([("z.nested", VT.ARRAY, (VT.ARRAY, [(VT.STRING, ["n"] * 700), (VT.STRING, ["m"] * 300)]))])
+    nested = nested[24:]  # the entry alone
+    long_n = MAX_STRINGS // 2
+    rest = MAX_STRINGS - 700 - 300 - 1000 - long_n
+    after = encode_gguf([("z.after", VT.ARRAY, (VT.UINT8, [1] * (4 << 20)))])[24:]  # not strings
+    common = [nested, _string_array_entry("z.short", 1000), _string_array_entry("z.long", long_n)]
+
+    at_cap = tmp_path / "at-cap.gguf"
+    _entries_file(at_cap, common + [_string_array_entry("z.last", rest), after])
+    for kwargs in ({}, {"lazy_arrays": True}, {"lazy_arrays": True, "load": ("z.short", "z.last")}):
+        g = read_gguf(at_cap, **kwargs)
+        assert sum(len(g.get(k)) for k in ("z.short", "z.long", "z.last")) + 1000 == MAX_STRINGS
+    assert _strings_in(at_cap) + 1000 == MAX_STRINGS  # (_strings_in does not look into nested arrays)
+
+    counting = CountingOpen()
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    over_long = tmp_path / "over-long.gguf"
+    ats = _entries_file(over_long, common + [_string_array_entry("z.last", rest + 1), after])
+    over_short = tmp_path / "over-short.gguf"
+    ats_short = _entries_file(over_short, common + [_string_array_entry("z.last", rest), _string_array_entry("z.tail", 10),
+                                                    after])
+    cases = [(over_long, "z.last", rest + 1, ats[3], MAX_STRINGS + 1, (700, 300, long_n)),
+             (over_short, "z.tail", 10, ats_short[4], MAX_STRINGS + 10, (700, 300, long_n, rest))]
+    for path, key, n, at, total, walks in cases:
+        for kwargs in ({}, {"lazy_arrays": True}):
+            with monkeypatch.context() as m:
+                walked = _no_walk(m, allowed=walks)
+                counting.reset()
+                with pytest.raises(ModelFileError) as e:
+                    read_gguf(path, **kwargs)
+                assert str(e.value) == _cap_message(path.name, key, n, at, total)
+                assert sorted(walked) == sorted(walks)
+                if kwargs:  # each byte up to the refused array once, then one read-ahead window at most
+                    assert counting.bytes_read <= at + (1 << 20) + 4096 < path.stat().st_size - (2 << 20)
+
+
+def test_a_model_at_the_string_cap_validates(tmp_path, monkeypatch, capsys):
+    """A complete tiny model whose arrays hold MAX_STRINGS strings in all (one long
+    array tops them up) is valid, read in one pass from one open."""
+    tiny = write_tiny_llama(tmp_path / "tiny.gguf", TinySpec(tokenizer="bpe"))
+    n = MAX_STRINGS - _strings_in(tiny)
+    path = _with_entries(tiny, tmp_path / "at-string-cap.gguf", {"x.strings": _string_array_entry("x.strings", n)})
+    assert _strings_in(path) == MAX_STRINGS
+    header = read_gguf(path, lazy_arrays=True).data_offset
+    counting = CountingOpen(budget=header + (2 << 20))
+    monkeypatch.setattr(reader, "open", counting, raising=False)
+    start = time.perf_counter()
+    g = validate_gguf(path)
+    elapsed = time.perf_counter() - start
+    assert len(g.get("x.strings")) == n and counting.opened == 1
+    over = _with_entries(tiny, tmp_path / "over-string-cap.gguf", {"x.strings": _string_array_entry("x.strings", n + 1)})
+    with pytest.raises(ModelFileError, match=f"which makes {MAX_STRINGS + 1:,} strings in the header's arrays; "):
+        validate_gguf(over)
+    with capsys.disabled():
+        print(f"\nvalidate_gguf at the string cap ({MAX_STRINGS:,} strings, header {header / 2**20:.1f} MiB): "
+              f"{elapsed:.2f} s")
+
+
+def test_a_real_model_shaped_vocabulary_is_within_the_string_cap(crafted, tmp_path):
+    """262,144 tokens (Gemma 3's count) and 500,000 merges (more than the largest real
+    BPE vocabularies) in one complete model: it validates."""
+    path = _with_entries(crafted, tmp_path / "big-vocab.gguf",
+                         {"tokenizer.ggml.merges": _string_array_entry("tokenizer.ggml.merges", 500_000, b"a b")})
+    assert _strings_in(path) >= N_CRAFTED + 500_000
+    g = validate_gguf(path)
+    assert len(g.get("tokenizer.ggml.tokens")) == N_CRAFTED
+    assert len(g.get("tokenizer.ggml.merges")) == 500_000

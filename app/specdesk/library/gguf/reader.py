@@ -11,7 +11,9 @@ Bounds, for any input:
   a string array kept as a :class:`StringArray`); tensor data is never read. Each
   record costs a few microseconds of Python however small it is, so the counts are
   capped before any record is read -- ``MAX_KV`` metadata entries, ``MAX_TENSORS``
-  tensor infos, ``MAX_NESTED_ARRAYS`` arrays held in arrays -- and runs of plain
+  tensor infos, ``MAX_NESTED_ARRAYS`` arrays held in arrays, ``MAX_STRINGS`` string
+  elements of arrays (each array's length is counted before its strings are read) --
+  and runs of plain
   records go through the fast path of :mod:`.records`. A header at both caps, of the
   costliest small records, validates in about a quarter of a second on two slow cores
   (``tools/gguf_fuzz_report.py --caps-only`` measures it).
@@ -118,7 +120,8 @@ def read_gguf(
       look like) and the version is 2 or 3 (v1 and big-endian files are named as such);
     * the tensor and key/value counts are at most ``MAX_TENSORS`` (32,768) and ``MAX_KV``
       (16,384) and the file is large enough to hold that many minimal records -- before
-      any loop runs; at most ``MAX_NESTED_ARRAYS`` (4,096) arrays are held in arrays;
+      any loop runs; at most ``MAX_NESTED_ARRAYS`` (4,096) arrays are held in arrays, and
+      the arrays hold at most ``MAX_STRINGS`` (1,048,576) strings in all;
     * every key is non-empty, has no NUL byte and appears once; every value type is a
       known ``GGUFValueType``; every string and array length fits in the bytes left in
       the file (strings at most ``MAX_STRING_BYTES``, arrays at most ``max_array_len``

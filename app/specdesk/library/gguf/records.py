@@ -32,6 +32,7 @@ from .spec import (
     INT64_MAX,
     LAZY_ARRAY_MIN,
     MAX_STRING_BYTES,
+    MAX_STRINGS,
     NUMPY_DTYPES,
     SCALAR_FORMATS,
     SCALAR_STRUCTS,
@@ -76,7 +77,9 @@ def decode_kvs(
     a string, an empty array, or an array of scalars or strings of up to
     ``LAZY_ARRAY_MIN`` elements (a list) -- or, when ``lazy``, a longer array of scalars
     (skipped: a GGUFArray reference). Everything must lie in the window, except a
-    skipped array, which must lie in the file.
+    skipped array, which must lie in the file. String arrays count towards
+    ``r.strings`` as in the checked reads; one that would pass ``MAX_STRINGS`` is left
+    to them (they refuse it).
     """
     buf, base = r.buf, r.base
     hi = len(buf)  # the window never holds bytes past the file's end
@@ -84,6 +87,7 @@ def decode_kvs(
     max_len = r.max_array_len
     unpack_u64 = U64.unpack_from
     scalars = SCALAR_STRUCTS
+    n_strings = r.strings
     p = r.pos - base
     while i < stop:
         start = p
@@ -103,6 +107,7 @@ def decode_kvs(
         q += 4
         etype: int | None = None
         ref: GGUFArray | None = None
+        counted = 0
         s = scalars.get(vtype)
         if s is not None:
             if q + s.size > hi:
@@ -145,18 +150,25 @@ def decode_kvs(
                     value = (arr != 0).tolist() if etype == _BOOL else arr.tolist()
                 q += n * size
             elif etype == _STRING and n <= LAZY_ARRAY_MIN:
+                if n_strings + n > MAX_STRINGS:
+                    break
+                # a string that ends inside the window is within the file and, as the
+                # window holds at most MAX_STRING_BYTES, within the string limit
                 strings = []
+                add = strings.append
+                last = hi - 8
                 for _ in range(n):
-                    if q + 8 > hi:
+                    if q > last:
                         break
-                    m = unpack_u64(buf, q)[0]
-                    if m > MAX_STRING_BYTES or q + 8 + m > hi:
+                    a = q + 8
+                    q = a + unpack_u64(buf, q)[0]
+                    if q > hi:
                         break
-                    strings.append(buf[q + 8 : q + 8 + m].decode("utf-8", "replace"))
-                    q += 8 + m
+                    add(buf[a:q].decode("utf-8", "replace"))
                 if len(strings) < n:
                     break
                 value = strings
+                counted = n
             else:
                 break
         else:
@@ -167,9 +179,11 @@ def decode_kvs(
         kv_offsets[key] = base + start
         if ref is not None:
             arrays[key] = ref
+        n_strings += counted
         p = q
         i += 1
     r.pos = base + p
+    r.strings = n_strings
     return i
 
 

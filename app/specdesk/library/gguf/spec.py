@@ -25,6 +25,16 @@ MAX_KV = 16_384
 #: Arrays held in other arrays, counted over the whole header: llama.cpp reads none, and
 #: each costs as much as a record, so they need a cap of their own.
 MAX_NESTED_ARRAYS = 4_096
+#: String elements of arrays, counted over the whole header (nested arrays included) and
+#: checked against each array's declared length before its strings are read. Each costs
+#: about a tenth of a microsecond to step over (more to decode into a list), and the
+#: record caps do not bound them: a 100 MiB array of 1-byte strings holds 11 million.
+#: Real models have about half a million at most (tokens: up to 262,144 in Gemma 3;
+#: tokens and merges: BLOOM 250k + 250k, Llama 3 128k + 280k), so the cap is twice
+#: that. At the cap, strings read lazily take about a tenth of a second, and decoded
+#: into short lists or hashed as a vocabulary under a second on two slow cores
+#: (tools/gguf_fuzz_report.py --caps-only measures it).
+MAX_STRINGS = 1 << 20  # 1,048,576
 DEFAULT_MAX_ARRAY_LEN = 1 << 24  # 16.7 M elements; the largest real vocabularies are ~260 k
 MAX_STRING_BYTES = 64 << 20  # one metadata string (a chat template is ~10 KB)
 MAX_ARRAY_DEPTH = 4  # arrays of arrays of ... (llama.cpp itself reads none)

@@ -22,6 +22,7 @@ from .spec import (
     MAX_ARRAY_DEPTH,
     MAX_NESTED_ARRAYS,
     MAX_STRING_BYTES,
+    MAX_STRINGS,
     NUMPY_DTYPES,
     SCALAR_STRUCTS,
     U32,
@@ -36,6 +37,9 @@ Cancel = Callable[[], bool]
 _CHUNK = 1 << 20  # the read-ahead window
 CANCEL_EVERY = 1 << 12  # entries/tensors between cancel checks
 _CANCEL_EVERY_ELEMENTS = 1 << 16  # array elements between cancel checks
+# need(n) reads max(n, _CHUNK) bytes and no caller needs more than MAX_STRING_BYTES, so the
+# window never holds more: the string loops (here and in records.py) rely on it.
+assert _CHUNK <= MAX_STRING_BYTES
 
 class Reader:
     """Sequential reader over an open file with a sliding read-ahead window.
@@ -56,6 +60,7 @@ class Reader:
         self.pos = 0
         self.place: tuple[str, object] = ("the header", None)  # rendered only for a message
         self.nested = 0  # arrays read inside other arrays so far (at most MAX_NESTED_ARRAYS)
+        self.strings = 0  # string elements of the arrays read so far (at most MAX_STRINGS)
 
     @property
     def where(self) -> str:
@@ -186,6 +191,7 @@ class Reader:
             raise self.fail(f"{self.where} is an array of {_n(n)} elements (at byte {_n(at)}); the limit is {_n(self.max_array_len)}")
         ref = GGUFArray(etype, n, self.pos) if n > LAZY_ARRAY_MIN and etype != VT.ARRAY else None
         if etype == VT.STRING:
+            self.count_strings(n, at)
             self.check_length(n, 8, "array length", at)
             if full or (n > LAZY_ARRAY_MIN and not lazy):
                 return etype, self.string_array(n), ref
@@ -216,6 +222,17 @@ class Reader:
             return etype, self.numeric_array(etype, n), ref
         return etype, self.numeric_list(etype, n), ref
 
+    def count_strings(self, n: int, at: int) -> None:
+        """Count an array of ``n`` strings (its length read at byte ``at``) before any of
+        them is read: each costs a loop step, so their total over the header is capped."""
+        total = self.strings + n
+        if total > MAX_STRINGS:
+            raise self.fail(
+                f"{self.where} is an array of {_n(n)} strings (at byte {_n(at)}), which makes {_n(total)} strings "
+                f"in the header's arrays; SpecDesk reads at most {_n(MAX_STRINGS)} (real models have about half a million at most)"
+            )
+        self.strings = total
+
     def numeric_array(self, etype: int, n: int) -> np.ndarray:
         """``n`` numbers as a read-only numpy array (bool as numpy bool)."""
         size = SCALAR_STRUCTS[etype].size
@@ -243,17 +260,21 @@ class Reader:
     def walk_strings(self, n: int, record: array.array | None, decode: list[str] | None) -> None:
         """Step over ``n`` length-prefixed strings (the hot loop for vocabularies).
 
-        Each length is checked against the bytes left and the string limit before the
-        string is stepped over. ``record`` gets each string's start relative to the
-        first; ``decode`` gets the decoded strings. The inner loops run over the strings
-        whose length field is inside the read-ahead window, ``cancel`` is checked
-        between batches.
+        Every length is checked against the bytes left and the string limit: in the
+        inner loops, which run over the strings whose length field is inside the
+        read-ahead window, a bad length always takes the next position past the window
+        (the window never holds bytes past the file's end, nor more than
+        ``MAX_STRING_BYTES``), so the loop stops right after it and only the string it
+        stepped over last needs the full check. ``record`` gets each string's start
+        relative to the first; ``decode`` gets the decoded strings. ``cancel`` is
+        checked between batches.
         """
         start = pos = self.pos
         size = self.size
         unpack = U64.unpack_from
         limit = MAX_STRING_BYTES
         append = record.append if record is not None else None
+        add = decode.append if decode is not None else None
         i = 0
         while i < n:
             if i and not i % _CANCEL_EVERY_ELEMENTS:
@@ -261,37 +282,60 @@ class Reader:
             self.pos = pos
             self.need(8)
             buf, base = self.buf, self.base
-            last = base + len(buf) - 8  # the last position whose length field is in the window
+            hi = len(buf)  # a string that ends inside the window is within the file and the limit
+            last = hi - 8  # the last position whose length field is in the window
             stop = min(n, (i // _CANCEL_EVERY_ELEMENTS + 1) * _CANCEL_EVERY_ELEMENTS)
-            if decode is not None:
-                while i < stop and pos <= last:
-                    ln = unpack(buf, pos - base)[0]
+            p = q = pos - base
+            j = i
+            if add is not None:
+                for j in range(i, stop):  # noqa: B007 (j is the loop's result)
+                    if p > last:
+                        break
+                    q = p
+                    p = q + 8 + unpack(buf, q)[0]
+                    if p > hi:  # past the window: bad, or a string the window cuts
+                        break
+                    add(buf[q + 8 : p].decode("utf-8", "replace"))
+                else:
+                    j = stop
+                if p > hi:  # string j was stepped over but not read
+                    ln = p - q - 8
+                    pos = base + q
                     if ln > size - pos - 8 or ln > limit:
-                        self._bad_string(pos, ln, i)
-                    lo = pos - base + 8
-                    if lo + ln > len(buf):
-                        self.pos = pos + 8
-                        lo = self.need(ln)
-                        buf, base = self.buf, self.base
-                        last = base + len(buf) - 8
-                    decode.append(buf[lo : lo + ln].decode("utf-8", "replace"))
+                        self._bad_string(pos, ln, j)
+                    self.pos = pos + 8
+                    lo = self.need(ln)
+                    add(self.buf[lo : lo + ln].decode("utf-8", "replace"))
                     pos += 8 + ln
-                    i += 1
-            elif append is not None:
-                while i < stop and pos <= last:
-                    ln = unpack(buf, pos - base)[0]
-                    if ln > size - pos - 8 or ln > limit:
-                        self._bad_string(pos, ln, i)
-                    append(pos - start)
-                    pos += 8 + ln
-                    i += 1
+                    i = j + 1
+                    continue
+                pos = base + p
+                i = j
+                continue
+            if append is not None:
+                rel = base - start
+                for j in range(i, stop):  # noqa: B007 (j is the loop's result)
+                    if p > last:
+                        break
+                    q = p
+                    append(q + rel)
+                    p = q + 8 + unpack(buf, q)[0]
+                else:
+                    j = stop
             else:
-                while i < stop and pos <= last:
-                    ln = unpack(buf, pos - base)[0]
-                    if ln > size - pos - 8 or ln > limit:
-                        self._bad_string(pos, ln, i)
-                    pos += 8 + ln
-                    i += 1
+                for j in range(i, stop):  # noqa: B007 (j is the loop's result)
+                    if p > last:
+                        break
+                    q = p
+                    p = q + 8 + unpack(buf, q)[0]
+                else:
+                    j = stop
+            if p > hi:  # only the string stepped over last (j - 1) can be bad
+                ln = p - q - 8
+                if ln > size - base - q - 8 or ln > limit:
+                    self._bad_string(base + q, ln, j - 1)
+            pos = base + p
+            i = j
         self.pos = pos
 
     def _bad_string(self, pos: int, ln: int, i: int) -> None:

@@ -70,10 +70,12 @@ def _text_hashes(tokens: StringArray | Sequence[str], cancel: Cancel | None) -> 
         if lo and cancel is not None and cancel():
             raise Cancelled("checking the vocabulary was cancelled")
         hi = min(n, lo + _CANCEL_EVERY)
-        b = bounds[lo : hi + 1].tolist()
-        raws = [data[x + 8 : y] for x, y in zip(b, b[1:])]
-        out[lo:hi] = [hash(r) if r and b"\0" not in r else hash(llama_token_text(r, i))  # rare: text != bytes
-                      for i, r in enumerate(raws, lo)]
+        raws = list(map(data.__getitem__, map(slice, (bounds[lo:hi] + 8).tolist(), bounds[lo + 1 : hi + 1].tolist())))
+        if b"" in raws or b"\0" in b"".join(raws):  # rare: some token's text is not its bytes
+            out[lo:hi] = [hash(r) if r and b"\0" not in r else hash(llama_token_text(r, i))
+                          for i, r in enumerate(raws, lo)]
+        else:
+            out[lo:hi] = list(map(hash, raws))
     return out
 
 
@@ -89,14 +91,12 @@ def find_duplicate_token(tokens: StringArray | Sequence[str], cancel: Cancel | N
     if n < 2:
         return None
     hashes = _text_hashes(tokens, cancel)
-    order = np.argsort(hashes, kind="stable")
-    sorted_h = hashes[order]
-    same = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
-    del hashes, sorted_h
-    if not same.size:
+    sorted_h = np.sort(hashes)
+    same = sorted_h[1:] == sorted_h[:-1]
+    if not same.any():
         return None
-    candidates = np.unique(np.concatenate([order[same], order[same + 1]]))  # ids, ascending
-    del order, same
+    candidates = np.flatnonzero(np.isin(hashes, sorted_h[1:][same]))  # ids, ascending
+    del hashes, sorted_h, same
     first: dict[bytes, int] = {}
     raw_at = tokens.raw if isinstance(tokens, StringArray) else (lambda i: tokens[i].encode("utf-8", "surrogatepass"))
     for i in candidates.tolist():
