@@ -56,6 +56,7 @@ def smol_draft_path(smol_path, tmp_path_factory):
 def _quick_fetch_retries(monkeypatch):
     """Index fetches retry as pip does (5 times, sleeping longer each time); tests of
     failures count the tries, not the seconds between them."""
-    from specdesk.library import pypi_fetch
+    from specdesk.library.pypi_fetch import net, transfer
 
-    monkeypatch.setattr(pypi_fetch, "_BACKOFF", 0.01)
+    monkeypatch.setattr(net, "_BACKOFF", 0.01)  # between tries of a page
+    monkeypatch.setattr(transfer, "_BACKOFF", 0.01)  # between tries of a download

