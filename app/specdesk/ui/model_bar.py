@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QTool
 
 #: A combo shows about this many characters of a model's name; the rest is elided
 #: (the whole name and path are in its tooltip), so the bar fits a laptop screen.
-NAME_CHARS = 22
+NAME_CHARS = 20
 
 
 def _combo(name: str) -> QComboBox:
@@ -58,7 +58,8 @@ class ModelBar(QToolBar):
         self.model_info.setObjectName("modelInfo")
         self.model_info.setStyleSheet("color:#495057; padding-left:8px;")
         self.model_info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.model_info.setMinimumWidth(40)
+        # room for "● loaded" whatever the screen (the rest is in its tooltip)
+        self.model_info.setMinimumWidth(self.model_info.fontMetrics().horizontalAdvance("● loaded") + 12)
         self.addWidget(self.model_info)
         spacer = QWidget()
         spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
