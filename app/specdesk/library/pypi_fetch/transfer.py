@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import os
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import FetchError
-from ...files import sha256_file
+from ...files import atomic_file, sha256_file
 from ..pip_settings import PipSettings, pip_settings
 from .net import _BACKOFF, _RETRY_STATUS, _TIMEOUT, _Net
 from .resolve import WheelInfo, find_wheel
@@ -42,40 +40,28 @@ def _file_digest(path: Path, hash_name: str) -> str:
 
 def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], None]) -> Path:
     final = dest / info.filename
-    fd, tmp = tempfile.mkstemp(prefix=f".{info.filename}.", suffix=".partial", dir=dest)
-    if hasattr(os, "fchmod"):
-        os.fchmod(fd, 0o644)  # a public wheel, readable as pip saves it (mkstemp gives 0600)
     h = hashlib.new(info.hash_name) if info.hash_name else None
     written = 0
-    try:
-        with os.fdopen(fd, "wb") as out, net.open(info.url) as r:
-            while True:
-                b = r.read(_CHUNK)
-                if not b:
-                    break
-                out.write(b)
-                if h:
-                    h.update(b)
-                written += len(b)
-                on_bytes(len(b))
-            left = getattr(r, "length", None)
-            if left:  # http.client's read(n) returns b"" on a body cut short
-                raise ConnectionError(f"connection closed {left:,} bytes before the end")
-            out.flush()
-            os.fsync(out.fileno())
+    # a public wheel, readable as pip saves it; checked before it takes its name
+    with atomic_file(final, 0o644, suffix=".partial") as out, net.open(info.url) as r:
+        while True:
+            b = r.read(_CHUNK)
+            if not b:
+                break
+            out.write(b)
+            if h:
+                h.update(b)
+            written += len(b)
+            on_bytes(len(b))
+        left = getattr(r, "length", None)
+        if left:  # http.client's read(n) returns b"" on a body cut short
+            raise ConnectionError(f"connection closed {left:,} bytes before the end")
         where = f"{info.index.shown} ({info.index.setting})"
         if info.size is not None and written != info.size:
             raise FetchError(f"{info.filename}: got {written:,} bytes, {where} lists {info.size:,}")
         if h is not None and h.hexdigest() != info.hash_value:
             raise FetchError(f"{info.filename}: {info.hash_name} {h.hexdigest()[:12]}… does not match "
                              f"{info.hash_value[:12]}… given by {where}")
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return final
 
 
