@@ -102,15 +102,25 @@ class Decision:
 
 @dataclass(frozen=True)
 class StepCost:
-    """What one step cost, for the controller to learn from."""
+    """What one step cost and gave, for the controller to learn from."""
 
-    source: str  # "draft", "ngram" or "" when nothing was drafted
+    source: str  # the draft's source ("draft", "translated", "ngram", "history"), "" when nothing was drafted
     match_length: int | None
-    drafted: int
-    accepted: int
+    drafted: int  # tokens drafted: the verify batch was drafted + 1 tokens
+    accepted: int  # draft tokens kept in the answer
     draft_seconds: float  # the proposer's call, 0 for none
     verify_seconds: float  # the target's batch of drafted + 1 tokens
     draft_synced: int = 0  # tokens the draft model had to catch up on (draft calls only)
+    # Draft tokens whose verdict counts for acceptance: all drafted, or fewer when an
+    # accepted token ended the answer (the rest were never judged as part of it).
+    judged: int | None = None
+    emitted: int = 0  # tokens the step added to the answer
+    step_seconds: float = 0.0  # the whole step, end to end: propose, verify, roll back, bookkeeping
+    decision: Decision | None = None  # what the controller chose for this step
+
+    @property
+    def judged_drafted(self) -> int:
+        return self.drafted if self.judged is None else self.judged
 
 
 class Controller(Protocol):
@@ -372,7 +382,7 @@ class AutoK:
                 self.catch_up.add(max(0.0, over) / (cost.draft_synced - 2))
         if cost.drafted > 0:
             key = source_key(cost.source, cost.match_length)
-            self.acceptance.setdefault(key, PositionAcceptance()).record(cost.drafted, cost.accepted)
+            self.acceptance.setdefault(key, PositionAcceptance()).record(cost.judged_drafted, cost.accepted)
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         if tokens > 2 and seconds >= 0:

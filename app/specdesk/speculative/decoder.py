@@ -8,6 +8,12 @@ next token (correction or bonus) becomes the new pending token.
 
 With no draft the batch is the pending token alone: target-alone decoding goes
 through the same code path and timers as speculation.
+
+:func:`speculate` reads as the algorithm: propose, verify, roll back, emit. The parts
+it names live below it: :func:`verify_rows` (the verifier over the batch's rows),
+:func:`emitted_tokens` (what the step adds to the answer, with its provenance, cut
+at the end of the answer) and :class:`_Loop` (the sequence, the clock and the
+statistics of one generation).
 """
 
 from __future__ import annotations
@@ -16,19 +22,12 @@ import codecs
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .backend import Backend
-from .controller import (
-    LAST_TOKEN,
-    NO_CANDIDATE,
-    TARGET_ALONE,
-    Controller,
-    Decision,
-    StepCost,
-)
+from .controller import LAST_TOKEN, NO_CANDIDATE, TARGET_ALONE, Controller, Decision, StepCost
 from .proposers.base import EMPTY_DRAFT, Draft, Proposer
 from .sampling import SamplingParams, warp
 from .stats import Stats
@@ -46,7 +45,9 @@ class TokenInfo:
     # "correction": the target's token after a rejection;
     # "bonus": the target's extra token after a full accept.
     kind: str
-    source: str = ""  # "draft" | "ngram" for accepted tokens and the token that closed their step
+    # The Draft.source of the step's draft ("draft", "translated", "ngram" or
+    # "history"), for the accepted tokens and the token that closed their step.
+    source: str = ""
     position: int | None = None  # 1-based position in the draft (the closing token: k+1 or n+1)
     p: float | None = None  # target probability, where known
     q: float | None = None  # draft probability, where known
@@ -57,6 +58,8 @@ class TokenInfo:
 class Step:
     index: int
     tokens: tuple[TokenInfo, ...]
+    # Draft tokens whose verdict counts: all of the draft, or those up to the end of
+    # the answer when an accepted token ended it (draft_tokens holds the whole draft).
     drafted: int
     accepted: int
     source: str
@@ -70,19 +73,193 @@ class Step:
     # Why the controller drafted what it did this step (e.g. "draft: bound<1",
     # "ngram: k=4 by cost model", "draft: probe k=3").
     decision: str = ""
+    # A last step with no tokens (cancelled, the context full): what was left of a
+    # character an earlier token began (U+FFFD), so the answer's text matches its tokens.
+    tail: str = ""
 
     @property
     def text(self) -> str:
-        return "".join(t.text for t in self.tokens)
+        return "".join(t.text for t in self.tokens) + self.tail
 
 
 @dataclass
 class _Detok:
+    """Token bytes to text, across tokens that split a UTF-8 character."""
+
     backend: Backend
     dec: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
     def piece(self, token: int) -> str:
         return self.dec.decode(self.backend.token_bytes(token))
+
+    def flush(self) -> str:
+        """What is left of a character the last token began (shown as U+FFFD, as
+        llama.cpp's detokenizer does), so the text always matches the tokens."""
+        return self.dec.decode(b"", final=True)
+
+
+def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, params: SamplingParams,
+                rng: np.random.Generator) -> Verdict:
+    """The verifier over the target's rows for ``[pending] + draft_tokens``: the
+    argmax rule at temperature 0, else rejection sampling against the warped rows
+    (q one-hot where the draft is deterministic)."""
+    if params.greedy:
+        return verify_greedy(draft_tokens, rows)
+    p_rows = np.stack([warp(r, params) for r in rows])
+    q = draft.q[: len(draft_tokens)] if draft.q is not None else None
+    return verify_stochastic(draft_tokens, p_rows, q, rng)
+
+
+def _token_info(i: int, tok: int, text: str, draft_tokens: Sequence[int], draft: Draft, verdict: Verdict) -> TokenInfo:
+    """Where the ``i``-th token the step emits came from."""
+    closing = i == verdict.n_accepted
+    if not draft_tokens:
+        return TokenInfo(token=tok, text=text, kind="target")
+    q = None
+    if not closing:
+        if i < len(verdict.q):
+            q = verdict.q[i]
+        elif i < len(draft.confidence):
+            q = draft.confidence[i]
+        if q is not None and math.isnan(q):
+            q = None
+    return TokenInfo(
+        token=tok,
+        text=text,
+        kind=verdict.next_kind if closing else "accepted",
+        source=draft.source,
+        position=i + 1,
+        p=verdict.p[i] if i < len(verdict.p) else None,
+        q=q,
+        lookup_start=draft.match_start + i if (draft.match_start is not None and not closing) else None,
+    )
+
+
+def emitted_tokens(draft_tokens: Sequence[int], draft: Draft, verdict: Verdict,
+                   is_eog: Callable[[int], bool], piece: Callable[[int], str]) -> tuple[list[TokenInfo], bool]:
+    """The tokens a step adds to the answer: the accepted draft tokens, then the
+    target's correction or bonus, each with its provenance; cut after an
+    end-of-generation token (the second value says whether one ended the answer).
+    An end token's text is empty."""
+    ids = list(draft_tokens[: verdict.n_accepted]) + [verdict.next_token]
+    out: list[TokenInfo] = []
+    for i, tok in enumerate(ids):
+        eog = is_eog(tok)
+        out.append(_token_info(i, int(tok), "" if eog else piece(tok), draft_tokens, draft, verdict))
+        if eog:
+            return out, True
+    return out, False
+
+
+class _Loop:
+    """One generation's state: the sequence, the clock, the statistics."""
+
+    def __init__(self, target: Backend, proposer: Proposer, controller: Controller, prompt: Sequence[int],
+                 params: SamplingParams, max_tokens: int, rng: np.random.Generator, clock: Callable[[], float]) -> None:
+        self.target, self.proposer, self.controller = target, proposer, controller
+        self.params, self.max_tokens, self.rng, self.now = params, max_tokens, rng, clock
+        self.seq = list(prompt)
+        self.stats = Stats(prompt_tokens=len(prompt))
+        self.detok = _Detok(target)
+        self.index = 0
+        self.native0 = 0.0
+        self.loop_start = 0.0
+
+    def read_prompt(self, cancel: Callable[[], bool] | None) -> None:
+        """The prompt phase: the target evaluates the prompt but its last token, and a
+        draft model evaluates it too (when it may draft), so that decode time holds
+        only decoding. The draft's prefill also measures its cost per token."""
+        t0 = self.now()
+        prompt = self.seq
+        self.target.prefill(prompt[:-1], logits=False, cancel=cancel)  # a long prompt stops between chunks (Cancelled)
+        self.stats.prompt_evaluated = self.target.last_prefill_evaluated + 1  # the pending token is evaluated in step 1
+        room0 = min(self.max_tokens - 1, self.target.n_ctx - len(prompt))
+        tp = self.now()
+        prepared = self.proposer.prepare(prompt, lambda source, hint: self.controller.peek(source, hint, room0))
+        if prepared:
+            self.controller.observe_prefill(prepared, self.now() - tp)
+        self.stats.prompt_seconds = self.now() - t0
+        self.native0 = self.target.native_seconds + self.proposer.native_seconds
+        self.loop_start = self.now()
+
+    def stop_reason(self, cancel: Callable[[], bool] | None) -> str | None:
+        if cancel is not None and cancel():
+            return "cancelled"
+        if self.max_tokens - self.stats.generated <= 0:
+            return "max_tokens"
+        if self.target.n_ctx - len(self.seq) < 0:
+            return "context"
+        return None
+
+    def propose(self) -> tuple[list[int], Draft, Decision]:
+        """The draft for this step, cut to what the answer and the context have room
+        for, and the controller's decision about it."""
+        limit = min(self.max_tokens - self.stats.generated - 1, self.target.n_ctx - len(self.seq))
+        ctl = self.controller
+
+        def budget(source: str, hint: int | None) -> int:
+            return max(0, min(ctl.budget(source, hint, limit), limit))
+
+        ctl.take_decision()  # forget any decision not made for this step
+        draft = self.proposer.propose(self.seq, budget, self.params, self.rng) if limit > 0 else EMPTY_DRAFT
+        decision = ctl.take_decision()
+        if decision is None:
+            decision = Decision(0, LAST_TOKEN if limit <= 0 else (NO_CANDIDATE if self.proposer.drafts else TARGET_ALONE))
+        return list(draft.tokens[: max(0, limit)]), draft, decision
+
+    def roll_back(self, n_accepted: int) -> None:
+        """The target keeps the pending token and the accepted draft tokens."""
+        self.target.rollback(len(self.seq) + n_accepted)
+
+    def append(self, emitted: list[TokenInfo], ended: bool) -> None:
+        self.seq.extend(t.token for t in emitted)
+        if ended:
+            # the end token is the answer's last: nothing after it stays in the context,
+            # including accepted draft tokens that followed it in the batch
+            self.target.rollback(min(self.target.n_past, len(self.seq) - 1))
+
+    def record(self, draft_tokens: list[int], draft: Draft, verdict: Verdict, emitted: list[TokenInfo], ended: bool,
+               decision: Decision, seconds: tuple[float, float, float]) -> tuple[int, int]:
+        """Count the step; returns (drafted, accepted) as the statistics count them:
+        draft tokens after an end token that ended the answer were never part of it
+        and count as neither drafted nor accepted (their cost counts: the batch ran)."""
+        cut = ended and len(emitted) <= verdict.n_accepted  # an accepted draft token ended the answer
+        accepted = len(emitted) if cut else verdict.n_accepted
+        drafted = accepted if cut else len(draft_tokens)
+        t_draft, t_verify, t_step = seconds
+        st = self.stats
+        st.record_step(drafted, accepted, len(emitted), draft.source)
+        st.draft_seconds += t_draft
+        st.verify_seconds += t_verify
+        st.record_decision(decision.key, str(decision))
+        self.controller.observe(StepCost(
+            source=draft.source, match_length=draft.match_length, drafted=len(draft_tokens), accepted=accepted,
+            judged=drafted, emitted=len(emitted), draft_seconds=t_draft, verify_seconds=t_verify,
+            step_seconds=t_step, draft_synced=draft.synced, decision=decision,
+        ))
+        return drafted, accepted
+
+    def clock_stats(self) -> None:
+        self.stats.decode_seconds = self.now() - self.loop_start
+        self.stats.native_seconds = self.target.native_seconds + self.proposer.native_seconds - self.native0
+
+    def step(self, emitted: list[TokenInfo], counts: tuple[int, int], draft: Draft, verdict: Verdict,
+             draft_tokens: list[int], decision: Decision, stop: str | None) -> Step:
+        if stop is not None and emitted:
+            tail = self.detok.flush()
+            if tail:
+                emitted[-1] = replace(emitted[-1], text=emitted[-1].text + tail)
+        self.clock_stats()
+        s = Step(index=self.index, tokens=tuple(emitted), drafted=counts[0], accepted=counts[1], source=draft.source,
+                 stats=self.stats.copy(), done=stop is not None, stop_reason=stop,
+                 target_argmax=verdict.target_argmax, draft_tokens=tuple(draft_tokens), decision=str(decision))
+        self.index += 1
+        return s
+
+    def final(self, reason: str) -> Step:
+        self.clock_stats()
+        return Step(index=self.index, tokens=(), drafted=0, accepted=0, source="", stats=self.stats.copy(),
+                    done=True, stop_reason=reason, tail=self.detok.flush())
 
 
 def speculate(
@@ -104,153 +281,24 @@ def speculate(
         raise ValueError("the prompt is empty")
     if max_tokens <= 0:
         raise ValueError(f"max tokens must be positive, got {max_tokens}")
-    stats = Stats(prompt_tokens=len(prompt))
-    detok = _Detok(target)
-
-    now = clock
-
-    def budget_for(limit: int):
-        return lambda source, hint: max(0, min(controller.budget(source, hint, limit), limit))
-
-    # The prompt phase: the target evaluates the prompt but its last token, and a
-    # draft model evaluates it too (when it may draft), so that decode time holds
-    # only decoding. The draft's prefill also measures its cost per token.
-    t0 = now()
-    target.prefill(prompt[:-1], logits=False, cancel=cancel)  # a long prompt stops between chunks (Cancelled)
-    stats.prompt_evaluated = target.last_prefill_evaluated + 1  # the pending token is evaluated in step 1
-    room0 = min(max_tokens - 1, target.n_ctx - len(prompt))
-    tp = now()
-    prepared = proposer.prepare(prompt, lambda source, hint: controller.peek(source, hint, room0))
-    if prepared:
-        controller.observe_prefill(prepared, now() - tp)
-    stats.prompt_seconds = now() - t0
-
-    seq = list(prompt)
-    native0 = target.native_seconds + proposer.native_seconds
-    loop_start = now()
-    index = 0
-
-    def clock_stats() -> None:
-        stats.decode_seconds = now() - loop_start
-        stats.native_seconds = target.native_seconds + proposer.native_seconds - native0
-
-    def final(reason: str) -> Step:
-        clock_stats()
-        return Step(index=index, tokens=(), drafted=0, accepted=0, source="", stats=stats.copy(), done=True, stop_reason=reason)
-
+    loop = _Loop(target, proposer, controller, prompt, params, max_tokens, rng, clock)
+    loop.read_prompt(cancel)
     while True:
-        if cancel is not None and cancel():
-            yield final("cancelled")
+        stop = loop.stop_reason(cancel)
+        if stop is not None:
+            yield loop.final(stop)
             return
-        remaining = max_tokens - stats.generated
-        room = target.n_ctx - len(seq)  # positions left after the pending token's
-        if remaining <= 0:
-            yield final("max_tokens")
+        ts = clock()
+        draft_tokens, draft, decision = loop.propose()                        # propose
+        td = clock()
+        rows = target.eval([loop.seq[-1]] + draft_tokens, all_rows=True)     # verify: one batch
+        verdict = verify_rows(draft_tokens, draft, rows, params, rng)
+        tv = clock()
+        loop.roll_back(verdict.n_accepted)                                    # roll back the rejected
+        emitted, ended = emitted_tokens(draft_tokens, draft, verdict, target.is_eog, loop.detok.piece)
+        loop.append(emitted, ended)                                           # emit
+        counts = loop.record(draft_tokens, draft, verdict, emitted, ended, decision, (td - ts, tv - td, clock() - ts))
+        stop = "eos" if ended else ("max_tokens" if loop.stats.generated >= max_tokens else None)
+        yield loop.step(emitted, counts, draft, verdict, draft_tokens, decision, stop)
+        if stop is not None:
             return
-        if room < 0:
-            yield final("context")
-            return
-        limit = min(remaining - 1, room)
-
-        controller.take_decision()  # forget any decision not made for this step
-        ts = now()
-        draft: Draft = proposer.propose(seq, budget_for(limit), params, rng) if limit > 0 else EMPTY_DRAFT
-        td = now()
-        decision = controller.take_decision()
-        if decision is None:
-            reason = LAST_TOKEN if limit <= 0 else (TARGET_ALONE if proposer.name == "none" else NO_CANDIDATE)
-            decision = Decision(0, reason)
-        draft_tokens = list(draft.tokens[:limit])
-        rows = target.eval([seq[-1]] + draft_tokens, all_rows=True)
-        tv = now()
-
-        verdict: Verdict
-        if params.greedy:
-            verdict = verify_greedy(draft_tokens, rows)
-            p_rows = None
-        else:
-            p_rows = np.stack([warp(r, params) for r in rows])
-            q = draft.q[: len(draft_tokens)] if draft.q is not None else None
-            verdict = verify_stochastic(draft_tokens, p_rows, q, rng)
-        n = verdict.n_accepted
-        target.rollback(len(seq) + n)
-
-        emitted_ids = draft_tokens[:n] + [verdict.next_token]
-        infos: list[TokenInfo] = []
-        stop_reason = None
-        for i, tok in enumerate(emitted_ids):
-            is_next = i == n
-            if not draft_tokens:
-                kind, source = "target", ""
-            elif is_next:
-                kind, source = verdict.next_kind, draft.source
-            else:
-                kind, source = "accepted", draft.source
-            p = verdict.p[i] if i < len(verdict.p) else None
-            q = None
-            if not is_next:
-                if i < len(verdict.q):
-                    q = verdict.q[i]
-                elif i < len(draft.confidence):
-                    q = draft.confidence[i]
-                if q is not None and math.isnan(q):
-                    q = None
-            lookup = draft.match_start + i if (draft.source == "ngram" and not is_next) else None
-            eog = target.is_eog(tok)
-            infos.append(
-                TokenInfo(
-                    token=int(tok),
-                    text="" if eog else detok.piece(tok),
-                    kind=kind,
-                    source=source,
-                    position=i + 1 if draft_tokens else None,
-                    p=p,
-                    q=q,
-                    lookup_start=lookup,
-                )
-            )
-            if eog:
-                stop_reason = "eos"
-                break
-        seq.extend(t.token for t in infos)
-        if len(infos) <= n:
-            # an accepted draft token ended the answer: the tokens drafted after it were
-            # evaluated but are not part of the answer, so the context gives them back
-            target.rollback(len(seq) - 1)
-
-        stats.record_step(len(draft_tokens), n, len(infos), draft.source)
-        stats.draft_seconds += td - ts
-        stats.record_decision(decision.key, str(decision))
-        stats.verify_seconds += tv - td
-        controller.observe(
-            StepCost(
-                source=draft.source,
-                match_length=draft.match_length,
-                drafted=len(draft_tokens),
-                accepted=n,
-                draft_seconds=td - ts,
-                verify_seconds=tv - td,
-                draft_synced=draft.synced,
-            )
-        )
-        if stop_reason is None and stats.generated >= max_tokens:
-            stop_reason = "max_tokens"
-        clock_stats()
-        done = stop_reason is not None
-        yield Step(
-            index=index,
-            tokens=tuple(infos),
-            drafted=len(draft_tokens),
-            accepted=n,
-            source=draft.source,
-            stats=stats.copy(),
-            done=done,
-            stop_reason=stop_reason,
-            target_argmax=verdict.target_argmax,
-            draft_tokens=tuple(draft_tokens),
-            decision=str(decision),
-        )
-        index += 1
-        if done:
-            return
-

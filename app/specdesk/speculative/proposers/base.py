@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -29,8 +29,11 @@ class Draft:
     # over the target's vocabulary; None when the draft is deterministic (greedy
     # draft model, n-gram lookup), which the verifier treats as one-hot.
     q: np.ndarray | None = None
-    source: str = ""  # "draft" | "ngram"
-    # n-gram lookups: how many tokens matched, and where in the sequence the copied
+    # Where the tokens come from: "draft" (a draft model of the target's vocabulary),
+    # "translated" (a draft model of another vocabulary, re-tokenized), "ngram" (copied
+    # from the prompt and the answer so far) or "history" (copied from earlier turns).
+    source: str = ""
+    # Lookups: how many tokens matched; for "ngram", where in the sequence the copied
     # continuation starts (the lookup source shown in the app).
     match_length: int | None = None
     match_start: int | None = None
@@ -38,8 +41,6 @@ class Draft:
     confidence: tuple[float, ...] = ()
     # Tokens the draft model had to evaluate to catch up before drafting.
     synced: int = 0
-    # Seconds spent in the proposer's own native decode calls (for the overhead split).
-    extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -53,6 +54,9 @@ class Proposer(Protocol):
     with nothing to prepare returns 0, one with no native calls reports 0.0."""
 
     name: str
+    #: False only for the proposer that never drafts (target alone): the decoder then
+    #: says "target alone" rather than "no candidate" for an empty draft.
+    drafts: bool
 
     @property
     def native_seconds(self) -> float:

@@ -22,6 +22,7 @@ class DraftModelProposer:
     """
 
     name = "draft"
+    drafts = True
 
     def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75) -> None:
         if not 0.0 <= p_min < 1.0:

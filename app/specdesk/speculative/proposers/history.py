@@ -157,6 +157,7 @@ class HistoryProposer:
     length, as for n-gram lookups."""
 
     name = SOURCE
+    drafts = True
     native_seconds = 0.0
 
     def __init__(self, index: HistoryIndex | None = None, max_tokens: int = 16) -> None:
@@ -180,8 +181,8 @@ class HistoryProposer:
         if k <= 0:
             return EMPTY_DRAFT
         # match_start is left None: the copied tokens are not in the sequence itself
-        # (the decoder maps match_start into the sequence for "ngram" only).
-        return Draft(tokens=m.tokens[:k], source=SOURCE, match_length=m.length, extra={"history_start": m.start})
+        # (the decoder maps match_start into the sequence wherever it is set).
+        return Draft(tokens=m.tokens[:k], source=SOURCE, match_length=m.length)
 
     def reset(self) -> None:
         pass  # the history outlives one generation

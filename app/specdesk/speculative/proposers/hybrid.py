@@ -15,6 +15,7 @@ from .ngram import NgramProposer
 
 class HybridProposer:
     name = "hybrid"
+    drafts = True
 
     def __init__(self, draft: Proposer, ngram: NgramProposer | None = None,
                  history: HistoryProposer | None = None) -> None:

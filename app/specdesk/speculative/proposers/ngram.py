@@ -64,6 +64,7 @@ class NgramProposer:
     continuation to use from the match length."""
 
     name = "ngram"
+    drafts = True
     native_seconds = 0.0
 
     def __init__(self, min_match: int = 1, max_match: int = 32, max_tokens: int = 16) -> None:

@@ -12,6 +12,7 @@ from .base import EMPTY_DRAFT, Budget, Draft
 
 class NoProposer:
     name = "none"
+    drafts = False
     native_seconds = 0.0
 
     def prepare(self, prompt: Sequence[int], budget: Budget) -> int:

@@ -118,6 +118,7 @@ class TranslatedDraftProposer:
     vocabulary adds one), covering no text."""
 
     name = SOURCE
+    drafts = True
 
     def __init__(
         self,
