@@ -12,7 +12,7 @@ from specdesk.bench.runner import BenchOptions, paired_ratios, run_bench, schedu
 from specdesk.bench.suites import Prompt, Suite
 from specdesk.session import Generation
 from specdesk.speculative.controller import AutoK, FixedK
-from specdesk.speculative.costmodel import CostModel, PositionAcceptance, expected_tokens, expected_tokens_constant
+from specdesk.speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import DraftModelProposer, HybridProposer, NgramProposer, NoProposer
 
@@ -171,6 +171,13 @@ def test_run_bench_writes_a_parseable_report(tmp_path):
 
 # -- advisor arithmetic -------------------------------------------------------------------------------
 
+def expected_tokens_constant(alpha: float, k: int) -> float:
+    """Leviathan et al.'s closed form for a constant acceptance rate: the oracle."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
 def test_expected_tokens_matches_leviathans_closed_form():
     for a in (0.0, 0.3, 0.8, 0.99):
         for k in range(0, 8):
@@ -263,10 +270,10 @@ def test_translated_and_history_configs_name_what_runs():
     assert [c.name for c in cs] == ["none", "ngram:auto", "ngram+history:auto", "translated:k=3", "ngram+history:k=2"]
     hist, tr = cs[2], cs[3]
     g = hist.generation(SamplingParamsT0, 8, 0)
-    assert (g.proposer, g.history) == ("ngram", True)
+    assert (g.proposer, g.needs_draft) == ("ngram+history", False)
     g = tr.generation(SamplingParamsT0, 8, 0)
-    assert (g.proposer, g.history, tr.needs_draft) == ("draft", False, True)
-    assert not cs[1].generation(SamplingParamsT0, 8, 0).history
+    assert (g.proposer, tr.needs_draft) == ("translated", True)
+    assert cs[1].generation(SamplingParamsT0, 8, 0).proposer == "ngram"
     # on a pair whose draft has another vocabulary, draft configs are named translated
     both = parse_configs("none,draft:k=2,hybrid")
     assert [c.name for c in resolve_configs(both, translated=True)] == ["none", "translated:k=2", "hybrid:auto"]
@@ -314,8 +321,8 @@ class ChatFakeTarget(FakeTarget):
             self.history.remember(d)
 
     def run(self, prompt, config):
-        self.seen.append((config.proposer + (":h" if config.history else ""), list(prompt), [list(d) for d in self.docs]))
-        if config.proposer == "ngram" and config.history:
+        self.seen.append((config.proposer.replace("+history", ":h"), list(prompt), [list(d) for d in self.docs]))
+        if config.proposer == "ngram+history":
             prop = HybridProposer(NoProposer(), history=self.history)
             ctl = self.auto if config.k == "auto" else FixedK(config.k)
             steps = list(speculate(self.t, prop, ctl, prompt, params=config.sampling, max_tokens=config.max_tokens,

@@ -1,18 +1,13 @@
 """Benchmark configurations: ``none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid``.
 
 Each item is ``proposer[:option]...`` with options ``k=N``, ``auto`` (= ``k=auto``)
-and ``p_min=X``. Without ``k`` a proposer drafts with ``auto``. Benchmarks use
-``p_min=0`` unless told otherwise, so that ``k=4`` means four tokens every step.
-``none`` (target alone) is the baseline of every comparison and always runs first.
-
-Two names exist only here:
-
-- ``translated`` is the draft model drafting through translation (a draft with
-  another vocabulary, re-tokenized for the target). On such a pair ``draft``
-  configurations are named ``translated`` (see :func:`resolve_configs`), and on a
-  same-vocabulary pair ``translated`` is refused.
-- ``ngram+history`` (or ``ngram:history``) is the n-gram lookup that also looks up
-  the earlier turns of the chat, without a draft model; ``hybrid`` always does.
+and ``p_min=X``; the proposer is any name of the proposer registry
+(:mod:`specdesk.speculative.proposers.registry`), ``ngram:history`` being another
+spelling of ``ngram+history``. Without ``k`` a proposer drafts with ``auto``.
+Benchmarks use ``p_min=0`` unless told otherwise, so that ``k=4`` means four tokens
+every step. ``none`` (target alone) is the baseline of every comparison and always
+runs first. On a pair of two vocabularies ``draft`` configurations run (and are
+named) ``translated`` (see :func:`resolve_configs`).
 """
 
 from __future__ import annotations
@@ -20,13 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SpecDeskError
-from ..session import PROPOSERS, GenerationConfig
+from ..session import PROPOSERS, GenerationConfig, translated_refusal
+from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
 DEFAULT_CONFIGS = "none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid"
-#: Proposer names only the benchmark knows, on top of the session's PROPOSERS.
-TRANSLATED = "translated"
-HISTORY_SUFFIX = "+history"
 
 
 class ConfigError(SpecDeskError):
@@ -35,39 +28,31 @@ class ConfigError(SpecDeskError):
 
 @dataclass(frozen=True)
 class BenchConfig:
-    proposer: str  # one of the session's PROPOSERS, or "translated"
+    proposer: str  # a name of the proposer registry
     k: int | str = "auto"
     p_min: float = 0.0
-    history: bool = False  # ngram only: also look up the earlier turns
 
     @property
     def name(self) -> str:
         if self.proposer == "none":
             return "none"
-        p = self.proposer + (HISTORY_SUFFIX if self.history else "")
-        s = f"{p}:k={self.k}" if self.k != "auto" else f"{p}:auto"
+        s = f"{self.proposer}:k={self.k}" if self.k != "auto" else f"{self.proposer}:auto"
         if self.p_min:
             s += f":p_min={self.p_min:g}"
         return s
 
     @property
     def needs_draft(self) -> bool:
-        return self.proposer in ("draft", "hybrid", TRANSLATED)
-
-    @property
-    def session_proposer(self) -> str:
-        """The session's proposer that runs this configuration."""
-        return "draft" if self.proposer == TRANSLATED else self.proposer
+        return registry.kind(self.proposer).needs_draft
 
     def generation(self, sampling: SamplingParams, max_tokens: int, seed: int) -> GenerationConfig:
         return GenerationConfig(
-            proposer=self.session_proposer,
+            proposer=self.proposer,
             k=self.k if self.proposer != "none" else "auto",
             p_min=self.p_min,
             sampling=sampling,
             seed=seed,
             max_tokens=max_tokens,
-            history=self.history,
         )
 
 
@@ -76,17 +61,19 @@ def parse_config(item: str) -> BenchConfig:
     if not parts:
         raise ConfigError("empty configuration in --configs")
     proposer = parts[0]
-    history = proposer.endswith(HISTORY_SUFFIX)
-    if history:
-        proposer = proposer[: -len(HISTORY_SUFFIX)]
-    if proposer not in (*PROPOSERS, TRANSLATED):
-        known = ", ".join((*PROPOSERS, TRANSLATED, "ngram" + HISTORY_SUFFIX))
-        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {known}")
+    if proposer.endswith("+history") and proposer not in PROPOSERS:
+        raise ConfigError(f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)")
+    if proposer not in PROPOSERS:
+        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(PROPOSERS)}")
     k: int | str = "auto"
     p_min = 0.0
     for opt in parts[1:]:
         if opt == "history":
-            history = True
+            if proposer not in ("ngram", "ngram+history"):
+                raise ConfigError(
+                    f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)"
+                )
+            proposer = "ngram+history"
         elif opt == "auto":
             k = "auto"
         elif opt.startswith("k="):
@@ -109,13 +96,9 @@ def parse_config(item: str) -> BenchConfig:
                 raise ConfigError(f"unknown config {item!r}: p_min must be in [0, 1)")
         else:
             raise ConfigError(f"unknown config {item!r}: options are k=N, auto, p_min=X and history (ngram)")
-    if proposer == "none" and (k != "auto" or p_min or history):
+    if proposer == "none" and (k != "auto" or p_min):
         raise ConfigError(f"unknown config {item!r}: none takes no options")
-    if history and proposer != "ngram":
-        raise ConfigError(
-            f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)"
-        )
-    return BenchConfig(proposer, k, p_min, history)
+    return BenchConfig(proposer, k, p_min)
 
 
 def parse_configs(spec: str) -> list[BenchConfig]:
@@ -135,19 +118,20 @@ def parse_configs(spec: str) -> list[BenchConfig]:
 
 
 def resolve_configs(configs: list[BenchConfig], translated: bool) -> list[BenchConfig]:
-    """The configurations as they run on the loaded pair. With a draft of another
-    vocabulary (``translated``), ``draft`` runs translated and is named so; with a
-    same-vocabulary draft, ``translated`` is refused."""
-    if translated:
-        out = [BenchConfig(TRANSLATED, c.k, c.p_min) if c.proposer == "draft" else c for c in configs]
-        names = [c.name for c in out]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup:
-            raise ConfigError(f"config {dup!r} is listed twice in --configs (a draft with another vocabulary "
-                              f"drafts translated: draft and translated are the same here)")
-        return out
-    bad = [c.name for c in configs if c.proposer == TRANSLATED]
+    """The configurations as they run on the loaded pair (the registry's resolve):
+    with a draft of another vocabulary, ``draft`` runs translated and is named so;
+    with a same-vocabulary draft, ``translated`` is refused."""
+    out, bad = [], []
+    for c in configs:
+        try:
+            out.append(BenchConfig(registry.resolve(c.proposer, translated), c.k, c.p_min))
+        except registry.PairMismatch:
+            bad.append(c.name)
     if bad:
-        raise ConfigError(f"{', '.join(bad)} need a draft with another vocabulary than the target's "
-                          f"(e.g. SmolLM2-135M for Qwen2.5); this draft shares it: use draft instead")
-    return list(configs)
+        raise ConfigError(translated_refusal(", ".join(bad)))
+    names = [c.name for c in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ConfigError(f"config {dup!r} is listed twice in --configs (a draft with another vocabulary "
+                          f"drafts translated: draft and translated are the same here)")
+    return out

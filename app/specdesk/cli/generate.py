@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
-from ..bench.advisor import pair_drift
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
 from ..session import Comparison, Generation, GenerationConfig, compare
-from ..speculative.divergence import verdict_text
-from ..speculative.drift import claim_text
+from ..session.drift import pair_drift
+from ..session.text import claim_text, verdict_text
 from .args import config_from_args, load_session, prompt_tokens
 from .output import dump_json
 
@@ -50,10 +50,10 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = None, translated: bool = False) -> str:
+def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = None) -> str:
+    """``cfg`` as it ran on the pair (a draft with another vocabulary drafts translated)."""
     base, spec = res.baseline, res.speculative
-    # a draft with another vocabulary drafts translated text: say so (as the bench names it)
-    label = "translated" + cfg.describe()[len("draft"):] if translated and cfg.proposer == "draft" else cfg.describe()
+    label = cfg.describe()
     b, s = base.stats, spec.stats
     mem_b = sum(m["total_bytes"] for m in res.baseline_memory["models"].values())
     mem_s = sum(m["total_bytes"] for m in res.speculative_memory["models"].values())
@@ -94,6 +94,7 @@ def cmd_compare(args) -> int:
         raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer draft, ngram or hybrid")
     with load_session(args, need_draft=cfg.needs_draft) as s:
         prompt = prompt_tokens(s, args)
+        cfg = replace(cfg, proposer=s.proposer_name(cfg))  # named as it runs: draft is translated on such a pair
         res = compare(s, prompt, cfg)
         with s.lease():
             drift = pair_drift(s).to_dict()  # cached per target setup, machine and build
@@ -106,5 +107,5 @@ def cmd_compare(args) -> int:
                 out["divergence"]["explanation"] = verdict_text(res.divergence.to_dict(), drift)
             print(dump_json(out))
         else:
-            print(format_compare(res, cfg, drift, translated=s.translated))
+            print(format_compare(res, cfg, drift))
     return 0

@@ -7,19 +7,26 @@ from pathlib import Path
 
 from ..errors import SpecDeskError
 from ..engine.rpc import parse_endpoints
+from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
-#: Every proposer, in the order the CLI and the app offer them.
-PROPOSERS = ("draft", "ngram", "hybrid", "none")
+#: Every proposer, in the order the CLI and the app offer them (the registry's table).
+PROPOSERS = registry.NAMES
 #: The proposers that run a draft model (the rest need only the target).
-DRAFT_MODEL_PROPOSERS = ("draft", "hybrid")
+DRAFT_MODEL_PROPOSERS = tuple(n for n in PROPOSERS if registry.kind(n).needs_draft)
 #: The proposers that work without a draft model.
-LOOKUP_PROPOSERS = tuple(p for p in PROPOSERS if p not in DRAFT_MODEL_PROPOSERS)
+LOOKUP_PROPOSERS = registry.WITHOUT_DRAFT
+
+
+def translated_refusal(names: str) -> str:
+    """Why ``translated`` configurations cannot run on a pair that shares a vocabulary."""
+    return (f"{names} need a draft with another vocabulary than the target's (e.g. SmolLM2-135M for Qwen2.5); "
+            "this draft shares it: use draft instead")
 
 
 def needs_draft_model(proposer: str) -> bool:
     """Whether ``proposer`` (a name from PROPOSERS) runs a draft model."""
-    return proposer in DRAFT_MODEL_PROPOSERS
+    return registry.kind(proposer).needs_draft
 
 
 @dataclass(frozen=True)
@@ -53,9 +60,6 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     max_tokens: int = 256
-    # ngram only: also look up the earlier turns (the session's history), as hybrid
-    # does, without a draft model (hybrid always does; the other proposers never).
-    history: bool = False
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
@@ -65,6 +69,8 @@ class GenerationConfig:
                 raise SpecDeskError(f"k must be a positive integer or 'auto', got {self.k!r}")
         if not 0.0 <= self.p_min < 1.0:
             raise SpecDeskError(f"p-min must be in [0, 1), got {self.p_min}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise SpecDeskError(f"the seed must be an integer >= 0, got {self.seed!r}")
         if self.max_tokens <= 0:
             raise SpecDeskError(f"max tokens must be positive, got {self.max_tokens}")
 

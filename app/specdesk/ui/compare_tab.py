@@ -44,22 +44,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..bench.advisor import advisor_section, calibrate, pair_drift
+from ..bench.advisor import advisor_section, calibrate
+from ..session import needs_draft_model
+from ..session.drift import pair_drift
 from ..bench.configs import parse_configs
 from ..bench.report import write_report
 from ..bench.runner import BenchOptions, SessionTarget, run_bench
 from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
 from ..errors import Cancelled, SpecDeskError
 from ..library.quants import offer_upgrade
-from ..speculative.divergence import verdict_text
-from ..speculative.drift import claim_text
+from ..session.text import claim_text, verdict_text
 from ..fmt import format_bytes
 from .stats_panel import BLUE, GREY
 from .tasks import Task
 
 log = logging.getLogger(__name__)
 
-PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "hybrid"]
+PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "ngram+history", "hybrid"]
 DEFAULT_ON = {"draft:k=2", "draft:k=4", "draft:auto", "ngram"}
 CUSTOM_PROMPT = "(your prompt below)"
 
@@ -125,7 +126,7 @@ class CompareTab(QWidget):
         self.extra_configs = QLineEdit()
         self.extra_configs.setObjectName("extraConfigs")
         self.extra_configs.setPlaceholderText("more, e.g. draft:k=6,ngram:k=8")
-        cg.addWidget(self.extra_configs, 3, 0, 1, 2)
+        cg.addWidget(self.extra_configs, (len(PRESET_CONFIGS) + 1) // 2, 0, 1, 2)
         cl.addWidget(cbox)
 
         obox = QGroupBox("Run")
@@ -423,7 +424,7 @@ class CompareTab(QWidget):
             c = row["config"]
             pred = sum(preds[c]) / len(preds[c]) if c in preds else None
             extra = "—"
-            if c != "none" and c.split(":")[0] in ("draft", "hybrid"):
+            if c != "none" and needs_draft_model(c.split(":")[0]):
                 extra = f"+{format_bytes(mem.get('extra_ram_bytes'))} RAM"
                 if mem.get("extra_vram_bytes"):
                     extra += f", +{format_bytes(mem.get('extra_vram_bytes'))} VRAM"

@@ -1,0 +1,64 @@
+"""One proposer registry: every front end offers exactly its names, and each builds."""
+
+import pytest
+
+from fakes import FakeBackend, FakeModel
+from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
+from specdesk.cli import build_parser
+from specdesk.session import GenerationConfig, needs_draft_model
+from specdesk.session.text import PROPOSER_LABELS
+from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, registry
+
+
+def _cli_choices(command: str) -> list[str]:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    action = next(a for a in sub.choices[command]._actions if a.dest == "proposer")
+    return list(action.choices)
+
+
+def test_the_cli_offers_every_proposer_of_the_registry():
+    for command in ("generate", "compare"):
+        assert _cli_choices(command) == list(registry.NAMES)
+
+
+def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
+    for name in registry.NAMES:
+        c = parse_config(name)
+        assert c.proposer == name
+        assert c.needs_draft == registry.kind(name).needs_draft == needs_draft_model(name)
+        assert c.generation(GenerationConfig().sampling, 8, 0).proposer == name
+    with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, none"):
+        parse_config("medusa")
+
+
+def test_the_app_offers_every_proposer_in_settings_and_compare():
+    from specdesk.ui.compare_tab import PRESET_CONFIGS
+
+    assert set(PROPOSER_LABELS) == set(registry.NAMES)
+    # every proposer a user chooses has a preset on the Compare tab (none is the baseline;
+    # translated is what draft presets run as on a pair of two vocabularies)
+    offered = {c.split(":")[0] for c in PRESET_CONFIGS}
+    assert offered == set(registry.CHOICES) - {"none"}
+
+
+def test_each_row_builds_a_proposer_that_drafts_from_its_sources():
+    t = FakeBackend(FakeModel(n_vocab=8))
+    d = FakeBackend(FakeModel(n_vocab=8, seed=1))
+    parts = registry.Parts(draft_model=lambda: DraftModelProposer(d, 8), history=HistoryProposer())
+    for k in registry.KINDS:
+        p = k.build(parts)
+        assert p.drafts == bool(k.sources), k.name
+        assert k.looks_up_history == (k.name in ("ngram+history", "hybrid"))
+    no_draft = registry.Parts(draft_model=None, history=HistoryProposer())
+    for name in registry.WITHOUT_DRAFT:
+        registry.kind(name).build(no_draft)  # needs nothing else
+    assert t.n_vocab == 8
+
+
+def test_draft_is_translated_on_a_pair_of_two_vocabularies_and_translated_needs_one():
+    assert registry.resolve("draft", translated_pair=True) == "translated"
+    assert registry.resolve("hybrid", translated_pair=True) == "hybrid"
+    assert registry.resolve("draft", translated_pair=False) == "draft"
+    with pytest.raises(registry.PairMismatch):
+        registry.resolve("translated", translated_pair=False)
+    assert [c.name for c in resolve_configs([parse_config("draft:k=2")], True)] == ["translated:k=2"]
