@@ -5,7 +5,7 @@ import pytest
 
 from specdesk.engine.context import Context
 from specdesk.engine.model import Model
-from specdesk.engine.vocab import check_compatible
+from specdesk.rules.vocab import check_compatible
 from specdesk.errors import ContextOverflowError
 
 
@@ -105,7 +105,7 @@ def test_token_text_rule_names_token_and_both_texts(smol_path):
 
 
 def test_size_difference_up_to_128_is_allowed():
-    from specdesk.engine.vocab import VocabInfo
+    from specdesk.rules.vocab import VocabInfo
 
     t = VocabInfo(2, 152064, 1, 2, False, False, text=str)
     d = VocabInfo(2, 151936, 1, 2, False, False, text=str)

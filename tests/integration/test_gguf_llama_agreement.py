@@ -260,7 +260,7 @@ def test_tokens_llama_cpp_sees_as_equal_crash_it_and_are_refused(variants, tmp_p
 
 
 def test_memory_estimate_kv_matches_the_loaded_model():
-    """One KV formula (engine.kv): the estimate from the header and the loaded model agree."""
+    """One KV formula (rules.kv): the estimate from the header and the loaded model agree."""
     from specdesk.engine.model import Model
     from specdesk.library.gguf import estimate_memory
 

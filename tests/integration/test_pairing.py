@@ -155,7 +155,7 @@ def test_real_pairs_from_metadata(smol_path, qwen_draft_path, qwen_target_path):
     """Qwen 0.5B drafts for Qwen 1.5B; SmolLM2 and Qwen are refused for the same reason
     llama.cpp's loaded vocabularies give."""
     from specdesk.engine.model import Model
-    from specdesk.engine.vocab import check_compatible
+    from specdesk.rules.vocab import check_compatible
 
     ok = pairing.check_pair(qwen_target_path, qwen_draft_path)
     assert ok and ok.n_common == 151936

@@ -21,7 +21,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
-from specdesk.engine import kv
+from specdesk.rules import kv
 from specdesk.errors import Cancelled, ModelFileError
 from specdesk.library.gguf import (
     GGUFArray,
@@ -224,16 +224,16 @@ def test_one_kv_formula():
     assert kv.kv_bytes_per_token([3] * 30, 64, 64, 1.0) == 30 * 3 * 128
 
 
-def test_memory_estimate_uses_the_engine_kv_formula(tmp_path):
+def test_memory_estimate_uses_the_rules_kv_formula(tmp_path):
     tiny = write_tiny_llama(tmp_path / "tiny.gguf", TinySpec(n_head_kv=1))
     g = validate_gguf(tiny)
     k, v = kv.head_dims(64, 4)
     assert estimate_memory(g, 256)["kv_bytes"] == 256 * kv.kv_bytes_per_token([1, 1], k, v)
 
 
-def test_the_gguf_package_and_engine_kv_do_not_import_llama_cpp():
+def test_the_gguf_package_and_the_rules_do_not_import_llama_cpp():
     code = ("import sys\n"
-            "import specdesk.engine, specdesk.engine.kv, specdesk.engine.vocab, specdesk.library.gguf\n"
+            "import specdesk.engine, specdesk.rules.kv, specdesk.rules.vocab, specdesk.library.gguf\n"
             "import specdesk.library.pairing\n"
             "assert 'llama_cpp' not in sys.modules, sorted(m for m in sys.modules if 'llama' in m)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -3,7 +3,7 @@
 Read through ctypes on the ggml library llama-cpp-python ships, so it works the same
 for CPU, CUDA, Vulkan, Metal, HIP, SYCL and RPC builds: every registered backend
 device reports its name, kind and free/total memory (``ggml_backend_dev_*`` in
-ggml-backend.h). NVML stays a cross-check for NVIDIA cards (engine.memory).
+ggml-backend.h). NVML stays a cross-check for NVIDIA cards (system.memory).
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from typing import Callable
 import llama_cpp
 
 from ..errors import Cancelled, ModelFileError, SpecDeskError
-from . import kv
+from ..rules import kv
 from .backend import Buffer, capture_buffers, clear_native_errors, ensure_backend, last_native_error
 from .devices import backends
 from .rpc import gone
-from .vocab import VocabInfo
+from ..rules.vocab import VocabInfo
 
 __all__ = ["Buffer", "Model", "capture_buffers", "default_threads", "ensure_backend", "last_native_error",
            "supports_gpu_offload", "system_info"]
@@ -198,7 +198,7 @@ class Model:
         return kv.head_dims(self.shape.n_embd, self.shape.n_head, int(k) if k else None, int(v) if v else None)
 
     def kv_bytes_per_token(self, cache_type_bytes: float = 2.0) -> float:
-        """KV cache bytes per context position (engine.kv's formula)."""
+        """KV cache bytes per context position (rules.kv's formula)."""
         k, v = self.head_dims()
         return kv.kv_bytes_per_token([self.shape.n_head_kv] * self.shape.n_layer, k, v, cache_type_bytes)
 

@@ -361,10 +361,13 @@ def unreachable_reason(endpoint: str) -> str | None:
     return None
 
 
-def devices(memory: bool = True, remote: Sequence[str] | None = None) -> list[Device]:
+def devices(memory: bool = True, remote: Sequence[str] | None = None, checked: Sequence[str] = ()) -> list[Device]:
     """Every device, with its memory now; a remote one is asked only while its server
-    answers (``unreachable_reason``), since llama.cpp aborts on a dead one."""
-    return _devices(memory, remote, reachable=unreachable_reason)
+    answers (``unreachable_reason``), since llama.cpp aborts on a dead one. The servers
+    in ``checked`` answered a handshake a moment ago (registration): they are not
+    asked again."""
+    ok = set(checked)
+    return _devices(memory, remote, reachable=lambda ep: None if ep in ok and ep not in _lost else unreachable_reason(ep))
 
 
 def gone(endpoints: Sequence[str]) -> str | None:

@@ -1,9 +1,9 @@
 """Which drafts can speculate for a target: llama.cpp's vocabulary rules, applied to
 the vocabularies GGUF files describe, after each file passed GGUF validation.
 
-The rules are ``engine.vocab``'s (llama.cpp's ``common_speculative_are_compatible``),
+The rules are ``rules.vocab``'s (llama.cpp's ``common_speculative_are_compatible``),
 the same code the session applies to two loaded models. Here they run on the
-:class:`~specdesk.engine.vocab.VocabInfo` that ``library.gguf`` derives from each
+:class:`~specdesk.rules.vocab.VocabInfo` that ``library.gguf`` derives from each
 file's metadata the way llama.cpp's vocabulary loader does (tokens, tokenizer type,
 BOS/EOS and add-BOS/EOS with llama.cpp's defaults). No model is ever loaded here, so
 pairing a whole library is a header read per file, and a hostile file is at worst
@@ -29,17 +29,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..engine.vocab import (
+from ..rules.vocab import (
     CHECK_START_TOKEN_ID,
     MAX_SIZE_DIFFERENCE,
     Compatibility,
+    VocabHeader,
     VocabInfo,
     check_compatible,
     check_header,
 )
 from ..errors import Cancelled, SpecDeskError
-from ..files import read_json_object, write_json_atomic
-from ..paths import user_cache_dir
+from ..jsoncache import JsonCache
 from .gguf import validate_gguf, vocab_info_from_gguf
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ _cache_lock = threading.Lock()
 
 Cancel = Callable[[], bool]
 
-#: Version of the fingerprint cache entries; entries of another version are ignored.
-CACHE_VERSION = 2
+#: Version of the fingerprint cache; a file of another version is ignored.
+CACHE_VERSION = 3  # 3: the shared cache format (entries/value)
 
 
 def vocab_of(path: str | Path, cancel: Cancel | None = None) -> VocabInfo:
@@ -62,14 +62,10 @@ def check_pair(target: str | Path, draft: str | Path, cancel: Cancel | None = No
 
 
 @dataclass(frozen=True)
-class Fingerprint:
-    vocab_type: int
-    n_tokens: int
-    bos: int
-    eos: int
-    add_bos: bool
-    add_eos: bool
-    # sha256 of the token texts [5, m) for m in [n_tokens - 128, n_tokens]
+class Fingerprint(VocabHeader):
+    """A vocabulary's header and, instead of its texts, their hashes:
+    sha256 of the token texts [5, m) for m in [n_tokens - 128, n_tokens]."""
+
     hashes: dict
 
     def hash_at(self, m: int) -> str | None:
@@ -90,34 +86,21 @@ def fingerprint_of(vi: VocabInfo) -> Fingerprint:
     return Fingerprint(vi.vocab_type, n, vi.bos, vi.eos, vi.add_bos, vi.add_eos, hashes)
 
 
-def _cache_file() -> Path:
-    return user_cache_dir() / "vocab-fingerprints.json"
-
-
-def _read_cache() -> dict:
-    return read_json_object(_cache_file(), "vocabulary cache")
-
-
-def _write_cache(data: dict) -> None:
-    f = _cache_file()
-    try:
-        write_json_atomic(f, data)
-    except OSError as e:  # a cache is an optimisation: never fail the user's work over it
-        log.warning("cannot write the vocabulary cache %s: %s", f, e)
-
-
-def _cached(entry: object, stamp: str) -> Fingerprint | None:
-    """The fingerprint in a cache entry of this version and stamp, if it is well formed."""
-    if not isinstance(entry, dict) or entry.get("v") != CACHE_VERSION or entry.get("stamp") != stamp:
+def _clean(entry: object) -> dict | None:
+    """A cache entry as written below, or None."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("stamp"), str) or not isinstance(entry.get("fp"), dict):
         return None
-    fp = entry.get("fp")
     try:
-        out = Fingerprint(**fp)  # type: ignore[arg-type]
+        fp = Fingerprint(**entry["fp"])
     except TypeError:
         return None
-    ok = (all(isinstance(getattr(out, k), int) for k in ("vocab_type", "n_tokens", "bos", "eos"))
-          and isinstance(out.hashes, dict))
-    return out if ok else None
+    ok = (all(isinstance(getattr(fp, k), int) for k in ("vocab_type", "n_tokens", "bos", "eos"))
+          and isinstance(fp.hashes, dict))
+    return {"stamp": entry["stamp"], "fp": fp} if ok else None
+
+
+#: Fingerprints by file (real path), with the file's size and mtime: a changed file is read again.
+CACHE = JsonCache("vocab-fingerprints.json", "vocabulary cache", version=CACHE_VERSION, max_entries=512, clean=_clean)
 
 
 def _key(path: Path) -> tuple[str, str]:
@@ -132,14 +115,12 @@ def fingerprint(path: str | Path, use_cache: bool = True, cancel: Cancel | None 
     real, stamp = _key(path)
     if use_cache:
         with _cache_lock:
-            hit = _cached(_read_cache().get(real), stamp)
-        if hit is not None:
-            return hit
+            hit = CACHE.load(real)
+        if hit is not None and hit["stamp"] == stamp:
+            return hit["fp"]
     fp = fingerprint_of(vocab_of(path, cancel))
     with _cache_lock:
-        data = _read_cache()
-        data[real] = {"v": CACHE_VERSION, "stamp": stamp, "fp": asdict(fp)}
-        _write_cache(data)
+        CACHE.save(real, {"stamp": stamp, "fp": asdict(fp)})
     return fp
 
 

@@ -24,13 +24,21 @@ VOCAB_TYPE_NAMES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV"
 
 
 @dataclass(frozen=True)
-class VocabInfo:
+class VocabHeader:
+    """What llama.cpp's rules compare before any token text."""
+
     vocab_type: int
     n_tokens: int
     bos: int
     eos: int
     add_bos: bool
     add_eos: bool
+
+
+@dataclass(frozen=True)
+class VocabInfo(VocabHeader):
+    """A whole vocabulary: the header, and each token's text."""
+
     text: Callable[[int], str]
 
 
@@ -50,9 +58,9 @@ def _type_name(t: int) -> str:
     return VOCAB_TYPE_NAMES.get(t, str(t))
 
 
-def check_header(target, draft) -> Compatibility | None:
+def check_header(target: VocabHeader, draft: VocabHeader) -> Compatibility | None:
     """The rules that need no token text (type, special tokens, size), in llama.cpp's
-    order; None when they all pass. Works on anything with the VocabInfo scalars."""
+    order; None when they all pass."""
     if target.vocab_type != draft.vocab_type:
         return Compatibility(
             False,

@@ -9,7 +9,7 @@ llama.cpp. One job per module:
                 ``records`` is its fast path for runs of well-formed records).
 ``validate``    :func:`validate_gguf`: the checks llama.cpp's loader makes, memoised.
 ``vocab``       the vocabulary as llama.cpp builds it (duplicates, VocabInfo from metadata).
-``estimate``    :func:`estimate_memory`: RAM/VRAM from the header (engine.kv's formula).
+``estimate``    :func:`estimate_memory`: RAM/VRAM from the header (rules.kv's formula).
 ``inspection``  :func:`inspect_gguf`: a JSON summary for users.
 ``arrays``, ``spec``, ``rules``, ``text``: compact arrays, format constants, llama.cpp's
 tables, one-line messages.

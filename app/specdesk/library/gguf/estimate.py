@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ...engine.kv import head_dims, kv_bytes_per_layer
+from ...rules.kv import head_dims, kv_bytes_per_layer
 from .arrays import GGUFArray, StringArray
 from .header import GGUFFile
 from .rules import K
@@ -59,7 +59,7 @@ def estimate_memory(
       ``n_gpu_layers > n_layer``; token_embd always stays in RAM. A model with tied
       embeddings (no output.weight) gets a second copy of token_embd on the GPU as its
       output layer when that is offloaded. A negative ``n_gpu_layers`` means all layers.
-    * KV cache: ``specdesk.engine.kv``'s formula, the one the engine uses for loaded
+    * KV cache: ``specdesk.rules.kv``'s formula, the one the engine uses for loaded
       models: ``n_ctx x (key_length + value_length) x head_count_kv x cache_type_bytes``
       per layer (key_length defaults to embedding_length / head_count; value_length
       likewise); on the GPU for offloaded layers.

@@ -5,9 +5,9 @@
 * :func:`find_duplicate_token`: the first two ids llama.cpp's ``token_to_id`` map
   would collide on (llama.cpp aborts, or in newer versions refuses, on such a file).
   Linear: every token is hashed once; only tokens with an equal hash are compared.
-* :func:`vocab_info_from_gguf`: the :class:`~specdesk.engine.vocab.VocabInfo` llama.cpp
+* :func:`vocab_info_from_gguf`: the :class:`~specdesk.rules.vocab.VocabInfo` llama.cpp
   would report for the file (type, BOS/EOS, add-BOS/EOS, texts), without loading it,
-  so draft pairing can apply ``engine.vocab``'s rules to files.
+  so draft pairing can apply ``rules.vocab``'s rules to files.
 * :func:`vocab_from_gguf`: the tokenizer as plain data.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ...engine.vocab import VocabInfo
+from ...rules.vocab import VocabInfo
 from ...errors import Cancelled
 from .arrays import StringArray
 from .header import GGUFFile
