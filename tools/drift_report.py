@@ -20,7 +20,7 @@ from pathlib import Path
 from specdesk.bench.advisor import pair_drift
 from specdesk.library.defaults import default_models
 from specdesk.session import ModelSpec, Session
-from specdesk.speculative.drift import claim_text
+from specdesk.session.text import claim_text
 
 
 def parse_batches(text: str) -> tuple[int, ...]:

@@ -75,7 +75,7 @@ def test_keeps_only_the_most_recent_pairs(tmp_path):
     path = tmp_path / "auto-costs.json"
     for i in range(costcache.MAX_ENTRIES + 5):
         costcache.save(f"pair {i}", {"verify": {"1": 0.1}}, path)
-    pairs = json.loads(path.read_text())["pairs"]
+    pairs = json.loads(path.read_text())["entries"]
     assert len(pairs) == costcache.MAX_ENTRIES
     assert "pair 0" not in pairs and f"pair {costcache.MAX_ENTRIES + 4}" in pairs
 
@@ -115,9 +115,9 @@ def _kept(folder):
 
 @pytest.mark.parametrize("content", [
     "[1, 2, 3]",  # a list, not an object
-    '{"version": 1, "pairs": [["pair", {"seq": 1}]]}',  # pairs a list
+    '{"version": 2, "entries": [["pair", {"seq": 1}]]}',  # pairs a list
     "[" * 200_000 + "]" * 200_000,  # nested past the recursion limit
-    '{"version": 1, "pairs": ' + "[" * 200_000 + "]" * 200_000 + "}",
+    '{"version": 2, "entries": ' + "[" * 200_000 + "]" * 200_000 + "}",
 ])
 def test_a_cache_of_the_wrong_shape_is_ignored_then_replaced(tmp_path, content):
     path = tmp_path / "auto-costs.json"
@@ -138,13 +138,13 @@ def test_an_unreadable_cache_is_moved_aside_not_deleted(tmp_path):
 def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
     path = tmp_path / "auto-costs.json"
     good = {"verify": {"1": 0.1}, "draft": {"2": 0.05}, "counts": {"verify": {"1": 3}}, "catch_up": [0.01, 2]}
-    path.write_text(json.dumps({"version": 1, "pairs": {
+    path.write_text(json.dumps({"version": 2, "entries": {
         "list entry": [1, 2],
-        "list state": {"seq": 1, "state": [1, 2]},
-        "bad seq": {"seq": "x", "state": good},
-        "inner lists": {"seq": 2, "state": {"verify": [0.1], "draft": {"2": "x", "3": 0.2},
+        "list state": {"seq": 1, "value": [1, 2]},
+        "bad seq": {"seq": "x", "value": good},
+        "inner lists": {"seq": 2, "value": {"verify": [0.1], "draft": {"2": "x", "3": 0.2},
                                             "counts": [1], "catch_up": {"a": 1}}},
-        "good": {"seq": 3, "state": good},
+        "good": {"seq": 3, "value": good},
     }}))
     assert costcache.load("list entry", path) is None
     assert costcache.load("list state", path) is None
@@ -155,7 +155,7 @@ def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
     for key in ("bad seq", "inner lists", "good"):
         AutoK().restore_costs(costcache.load(key, path))
     costcache.save("new", good, path)  # a text seq once crashed max()
-    pairs = json.loads(path.read_text())["pairs"]
+    pairs = json.loads(path.read_text())["entries"]
     assert set(pairs) == {"bad seq", "inner lists", "good", "new"} and pairs["new"]["seq"] == 4
 
 

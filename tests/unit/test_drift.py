@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 
 from fakes import FakeBackend, FakeModel
-from specdesk.speculative.divergence import verdict_text
 from specdesk.speculative.drift import (
     NEAR_TIE_LOGITS,
     Drift,
-    claim_text,
     measure_drift,
     probe_cost,
     top2_margin,
     total_variation,
     window_starts,
 )
+from specdesk.session.text import claim_text, drift_summary, verdict_text
 from specdesk.speculative.sampling import SamplingParams, warp
 
 V = 12
@@ -65,7 +64,7 @@ def test_no_drift_where_batches_compute_what_steps_compute():
     # every batch had exactly its size: ceil(7 / b) batches per window and size
     assert {b for b in fake.batches if b <= 5} == {1, 2, 3, 5}  # (the rest: prefills of the prefix)
     assert fake.batches.count(5) == 2 * 2 and fake.batches.count(3) == 2 * 3 and fake.batches.count(2) == 2 * 4
-    assert "no argmax flipped" in d.summary()
+    assert "no argmax flipped" in drift_summary(d)
 
 
 def test_drift_matches_the_hand_computed_total_variation_and_logit_difference():
@@ -108,7 +107,7 @@ def test_flips_happen_only_at_near_ties_and_greedy_tv_is_the_flip_share():
     starts = window_starts(len(TEXT), 12, 4, 3)
     margins = [top2_margin(_single(model, s + i)) for s in starts for i in range(12)]
     assert d.near_ties == sum(1 for m in margins if m <= NEAR_TIE_LOGITS)
-    assert "flipped the argmax" in d.summary()
+    assert "flipped the argmax" in drift_summary(d)
 
 
 def test_the_control_catches_nondeterministic_single_steps():
@@ -166,7 +165,7 @@ def test_round_trip_and_plain_texts():
     assert d2.to_dict() == d.to_dict()
     dd = d.to_dict()
     assert dd["by_batch"][0]["batch"] == 1 and dd["sampling"]["top_k"] == 5
-    assert "T=1, top-k 5" in d.summary()
+    assert "T=1, top-k 5" in drift_summary(d)
 
     claim = claim_text(dd)
     assert "as llama.cpp computes it in a verify batch" in claim
@@ -198,26 +197,26 @@ def _drift(tv: float = 0.01) -> Drift:
 
 
 def test_cache_round_trip_prune_and_damaged_file(tmp_path):
-    from specdesk.bench import drift_cache
+    from specdesk.session import drift as drift_cache
 
     path = tmp_path / "drift.json"
-    assert drift_cache.load("k", path) is None
+    assert drift_cache._load("k", path) is None
     d = _drift()
-    drift_cache.save("k", d, path)
-    assert drift_cache.load("k", path).to_dict() == d.to_dict()
+    drift_cache.CACHE.save("k", d.to_dict(), path)
+    assert drift_cache._load("k", path).to_dict() == d.to_dict()
     for i in range(drift_cache.MAX_ENTRIES + 3):
-        drift_cache.save(f"k{i}", d, path)
-    assert drift_cache.load("k", path) is None and drift_cache.load(f"k{drift_cache.MAX_ENTRIES + 2}", path)
+        drift_cache.CACHE.save(f"k{i}", d.to_dict(), path)
+    assert drift_cache._load("k", path) is None and drift_cache._load(f"k{drift_cache.MAX_ENTRIES + 2}", path)
     path.write_text("{not json")
-    assert drift_cache.load("k0", path) is None
-    drift_cache.save("k", d, path)  # a damaged file is replaced, not an error
-    assert drift_cache.load("k", path) is not None
-    path.write_text('{"version": 1, "entries": {"k": {"drift": {"by_batch": "x"}}}}')
-    assert drift_cache.load("k", path) is None
+    assert drift_cache._load("k0", path) is None
+    drift_cache.CACHE.save("k", d.to_dict(), path)  # a damaged file is replaced, not an error
+    assert drift_cache._load("k", path) is not None
+    path.write_text('{"version": 2, "entries": {"k": {"value": {"by_batch": "x"}}}}')
+    assert drift_cache._load("k", path) is None
 
 
 def test_cache_key_follows_the_file_the_machine_the_build_and_the_probe(tmp_path):
-    from specdesk.bench import drift_cache
+    from specdesk.session import drift as drift_cache
 
     f = tmp_path / "t.gguf"
     f.write_bytes(b"x" * 10)
@@ -245,7 +244,7 @@ def _fake_session(tmp_path: Path, backend) -> SimpleNamespace:
 
 
 def test_pair_drift_measures_once_then_reads_the_cache(tmp_path):
-    from specdesk.bench.advisor import pair_drift
+    from specdesk.session.drift import pair_drift
 
     cache = tmp_path / "cache.json"
     fake = DriftingBackend(FakeModel(n_vocab=V, seed=0), eps=0.05)
@@ -260,3 +259,24 @@ def test_pair_drift_measures_once_then_reads_the_cache(tmp_path):
     assert len(fake.batches) > n  # other settings: measured again
     pair_drift(s, batch_sizes=(2, 3), windows=1, cache_path=cache, use_cache=False)
     assert fake.n_past == 0
+
+
+@pytest.mark.parametrize("content", [
+    # the layout of the first cache version, with a null and a text seq (save once raised TypeError)
+    '{"version": 1, "entries": {"a": {"seq": null, "drift": {}}, "b": {"seq": "7", "drift": {}}}}',
+    '{"version": 2, "entries": {"a": {"seq": null, "value": {}}, "b": {"seq": "7", "value": {"by_batch": 3}}}}',
+    '{"version": 2, "entries": [1, 2]}',
+    '{"version": 2, "entries": {"a": null, "b": [1], "c": {"seq": 1}}}',
+])
+def test_a_damaged_drift_cache_never_fails_a_comparison(tmp_path, content):
+    from specdesk.session.drift import CACHE, pair_drift
+
+    cache = tmp_path / "kernel-drift.json"
+    cache.write_text(content)
+    fake = DriftingBackend(FakeModel(n_vocab=V, seed=0), eps=0.05)
+    s = _fake_session(tmp_path, fake)
+    d = pair_drift(s, batch_sizes=(2,), windows=1, cache_path=cache)  # measured, then saved over the damage
+    assert d.positions and d.extra["cached"] is False
+    again = pair_drift(s, batch_sizes=(2,), windows=1, cache_path=cache)
+    assert again.extra["cached"] is True and again.by_batch == d.by_batch
+    assert CACHE._read(cache)  # the file is usable again

@@ -1,7 +1,7 @@
 """Why an answer was slower than target alone, as the chat's verdict says it."""
 
 from specdesk.speculative.stats import Stats
-from specdesk.ui.stats_panel import slower_reason
+from specdesk.session.text import slower_reason
 
 
 def stats(**kw) -> Stats:

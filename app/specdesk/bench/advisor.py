@@ -14,7 +14,7 @@ b tokens costs about b single steps, on a GPU about one.
 - the target's kernel drift: how far a verify batch of b tokens moves its
   distribution from a single-token step (:mod:`specdesk.speculative.drift`), sized
   to a few seconds from the costs just measured and cached per target setup,
-  machine and llama.cpp build (:mod:`specdesk.bench.drift_cache`).
+  machine and llama.cpp build (:mod:`specdesk.session.drift`).
 
 From these it predicts the speedup of every draft length and proposer, recommends
 one or says plainly that speculation slows this machine down, and then what the
@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -40,49 +40,17 @@ from ..session import GenerationConfig
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
-from ..speculative.drift import Drift, claim_text, measure_drift, probe_cost
+from ..speculative.drift import Drift
 from ..speculative.proposers import DraftModelProposer
 from ..speculative.sampling import SamplingParams
-from . import drift_cache
+from ..session.drift import PROBE_PROMPT, pair_drift
+from ..session.text import claim_text
 
-CALIBRATION_PROMPT = (
-    "Here is a small Python module. Explain in two sentences what it does, then rewrite `load` "
-    "so that it also accepts a pathlib.Path.\n\n"
-    "import json\nimport os\n\n\n"
-    "class Store:\n"
-    "    \"\"\"A tiny JSON-backed key-value store.\"\"\"\n\n"
-    "    def __init__(self, path):\n"
-    "        self.path = path\n"
-    "        self.data = {}\n\n"
-    "    def load(self):\n"
-    "        if not os.path.exists(self.path):\n"
-    "            return\n"
-    "        with open(self.path) as f:\n"
-    "            self.data = json.load(f)\n\n"
-    "    def save(self):\n"
-    "        tmp = self.path + '.tmp'\n"
-    "        with open(tmp, 'w') as f:\n"
-    "            json.dump(self.data, f, indent=2, sort_keys=True)\n"
-    "        os.replace(tmp, self.path)\n\n"
-    "    def get(self, key, default=None):\n"
-    "        return self.data.get(key, default)\n\n"
-    "    def set(self, key, value):\n"
-    "        self.data[key] = value\n"
-    "        self.save()\n"
-)
+CALIBRATION_PROMPT = PROBE_PROMPT  # the drift probe reads the same text
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
-
-# The kernel drift probe: T=1 without truncation shows the whole distribution's
-# drift (and the T=0 flips come from the same logits); positions per window; the
-# most windows; the seconds it may take when the costs are known.
-DRIFT_PARAMS = SamplingParams(temperature=1.0)
-DRIFT_WINDOW = 16
-DRIFT_MAX_WINDOWS = 6
-DRIFT_BUDGET_SECONDS = 8.0
-
 
 @dataclass
 class Calibration:
@@ -141,63 +109,6 @@ def _median_time(fn: Callable[[], None], reps: int) -> float:
         fn()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
-
-
-def drift_text(session) -> list[int]:
-    """The text the drift probe reads: the calibration prompt, as the target's chat."""
-    return session.chat_prompt([{"role": "user", "content": CALIBRATION_PROMPT}])
-
-
-def pair_drift(
-    session,
-    costs: CostModel | None = None,
-    batch_sizes: Sequence[int] = tuple(range(2, 10)),
-    params: SamplingParams = DRIFT_PARAMS,
-    windows: int | None = None,
-    budget_seconds: float = DRIFT_BUDGET_SECONDS,
-    progress: Callable[[float], None] | None = None,
-    use_cache: bool = True,
-    cache_path: Path | None = None,
-    control: bool = False,
-) -> Drift:
-    """The loaded target's kernel drift: from the cache when this target setup,
-    machine and llama.cpp build were measured before, else measured now over the
-    calibration text and saved. With measured ``costs`` the number of windows fits
-    ``budget_seconds``; without, two windows (or ``windows``). ``control`` adds the
-    single-step repeat (batch 1), which must show no drift. Leaves the target
-    context empty."""
-    text = drift_text(session)
-    spec = session.target.spec
-    k = None
-    if use_cache:
-        try:
-            k = drift_cache.key(
-                drift_cache.target_id(spec.path, session.target.ctx.threads, spec.n_gpu_layers),
-                drift_cache.machine_id(),
-                drift_cache.llama_build(),
-                drift_cache.probe_id(params, batch_sizes, text) + ("|control" if control else ""),
-            )
-        except OSError:
-            k = None
-        cached = drift_cache.load(k, cache_path) if k is not None else None
-        if cached is not None:
-            return replace(cached, extra={**cached.extra, "cached": True})
-    if windows is None:
-        windows = 2
-        step = costs.verify_cost(1) if costs is not None else None
-        if step:
-            one = probe_cost(step, lambda b: costs.verify_cost(b) or b * step, batch_sizes, DRIFT_WINDOW)
-            windows = int(max(1, min(DRIFT_MAX_WINDOWS, round(budget_seconds / one))))
-    session.target.ctx.rollback(0)
-    drift = measure_drift(
-        session.target.ctx, text, batch_sizes=batch_sizes, window=DRIFT_WINDOW, windows=windows,
-        params=params, progress=progress, control=control,
-    )
-    drift = replace(drift, extra={"target": spec.path.name, "build": drift_cache.llama_build(), "cached": False,
-                                  "threads": getattr(session.target.ctx, "threads", None)})
-    if k is not None:
-        drift_cache.save(k, replace(drift, extra={**drift.extra, "cached": True}), cache_path)
-    return drift
 
 
 def calibrate(

@@ -25,19 +25,18 @@ the summary has a row per turn (``per_turn``).
 from __future__ import annotations
 
 import datetime
-import platform
 import statistics
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from .. import __version__
-from ..engine.memory import gpu_memory
 from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
 from ..session.core import HISTORY_PROMPT_TAIL
 from ..speculative.divergence import explain
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
+from ..session.runtime import machine
 from .configs import BenchConfig, resolve_configs
 from .suites import Prompt, Suite
 
@@ -140,26 +139,6 @@ class SessionTarget:
         out["extra_ram_bytes"] = (d.total_bytes if d else 0) - extra_vram
         out["rss_bytes"] = rep.rss_bytes
         return out
-
-
-def machine() -> dict:
-    gpus, status = gpu_memory()
-    try:
-        import psutil
-
-        cores = psutil.cpu_count(logical=False)
-    except Exception:  # noqa: BLE001
-        cores = None
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": cores, "gpu": gpus[0].name if gpus else status, "os": platform.platform()}
 
 
 def schedule(

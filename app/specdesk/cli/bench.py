@@ -13,6 +13,7 @@ from ..bench.report import check_writable, markdown, write_report
 from ..bench.runner import BenchOptions, SessionTarget, run_bench
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
+from ..session.text import drift_summary
 from .args import add_model_options, float_in, load_session, positive_int
 from .output import dump_json, progress_bar
 
@@ -114,7 +115,7 @@ def cmd_advise(args) -> int:
     for row in adv.table:
         print(f"  {row['config']:<12} {row['predicted_speedup']:.2f}x")
     if cal.drift is not None:
-        print(f"kernel drift: {cal.drift.summary()}")
+        print(f"kernel drift: {drift_summary(cal.drift)}")
     print()
     print(adv.text)
     if cal.quant_upgrade is not None:

@@ -9,29 +9,19 @@ each counted as a few measurements only, so this run's own measurements soon tak
 over when the machine is busier or idler than last time. Acceptance is not kept:
 it follows the text being written.
 
-The file is a small JSON object, written atomically (ASCII escapes: file names that
-are not valid UTF-8 stay writable). A file that cannot be read or is not an object
-(damaged, nested too deep) is moved aside and kept, with a log line; entries and
-costs of the wrong shape are left out when read. Never an error.
+They are kept in a :class:`~specdesk.jsoncache.JsonCache` (bounded, versioned,
+never an error); a state of the wrong shape is cleaned to what can be used.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
-from ..files import read_json_object, write_json_atomic
-from ..paths import user_cache_dir
-
-log = logging.getLogger(__name__)
+from ..jsoncache import JsonCache
 
 FILE_NAME = "auto-costs.json"
 MAX_ENTRIES = 32
-VERSION = 1
-
-
-def default_path() -> Path:
-    return user_cache_dir() / FILE_NAME
+VERSION = 2  # 2: the shared cache format (entries/value)
 
 
 def pair_key(target: Path, target_threads: int | None, target_gpu_layers: int,
@@ -59,7 +49,7 @@ def _costs(d: object) -> dict:
     return {k: v for k, v in d.items() if isinstance(k, str) and _is_number(v)}
 
 
-def _clean_state(state: object) -> dict | None:
+def clean_state(state: object) -> dict | None:
     """The saved costs in the shape ``AutoK.restore_costs`` reads, or None: a list where
     a dict belongs, a text where a number belongs, is dropped, never passed on."""
     if not isinstance(state, dict):
@@ -74,42 +64,17 @@ def _clean_state(state: object) -> dict | None:
     return out
 
 
-def _seq(entry: object) -> int:
-    seq = entry.get("seq") if isinstance(entry, dict) else None
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+CACHE = JsonCache(FILE_NAME, "saved auto costs", version=VERSION, max_entries=MAX_ENTRIES, clean=clean_state)
 
 
-def _read(path: Path) -> dict:
-    """The usable entries: {key: {"seq": int, "state": dict}}."""
-    data = read_json_object(path, "saved auto costs", keep_damaged=True)
-    pairs = data.get("pairs")
-    if data.get("version") != VERSION or not isinstance(pairs, dict):
-        if data:
-            log.info("ignoring the saved auto costs in %s: not version %d", path, VERSION)
-        return {}
-    out = {}
-    for key, entry in pairs.items():
-        state = _clean_state(entry.get("state")) if isinstance(entry, dict) else None
-        if state is not None:
-            out[key] = {"seq": _seq(entry), "state": state}
-    return out
+def default_path() -> Path:
+    return CACHE.default_path()
 
 
 def load(key: str, path: Path | None = None) -> dict | None:
-    entry = _read(path or default_path()).get(key)
-    return entry["state"] if entry is not None else None
+    return CACHE.load(key, path)
 
 
 def save(key: str, state: dict, path: Path | None = None) -> None:
     """Store ``state`` under ``key``, keeping the most recently used entries."""
-    path = path or default_path()
-    try:
-        pairs = _read(path)
-        stamp = max((e["seq"] for e in pairs.values()), default=0) + 1
-        pairs[key] = {"seq": stamp, "state": state}
-        if len(pairs) > MAX_ENTRIES:
-            keep = sorted(pairs, key=lambda k: pairs[k]["seq"])[-MAX_ENTRIES:]
-            pairs = {k: pairs[k] for k in keep}
-        write_json_atomic(path, {"version": VERSION, "pairs": pairs})
-    except (OSError, ValueError) as e:  # a read-only cache (or an unencodable state) must not break generation
-        log.info("could not save the auto costs to %s: %s", path, e)
+    CACHE.save(key, state, path)

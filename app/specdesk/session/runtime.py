@@ -5,9 +5,11 @@ module names the facts about the build and the machine that they show or use."""
 
 from __future__ import annotations
 
+import platform
+
 from ..engine.build import build_info
 from ..engine.devices import Device, backends
-from ..engine.memory import MemoryReport, gpu_memory, rss_bytes
+from ..system.memory import MemoryReport, gpu_memory, rss_bytes
 from ..engine.model import default_threads, repack_types, supports_gpu_offload
 from ..engine.rpc import devices
 
@@ -21,12 +23,35 @@ def gpu_build_hint() -> str:
             "(-DGGML_VULKAN=on, -DGGML_METAL=on or -DGGML_HIP=on for other GPUs)")
 
 
-def gpu_layers_note(n_gpu_layers: int) -> str | None:
-    """Why ``n_gpu_layers`` has no effect on this build, or None when it has one."""
+def gpu_layers_note(n_gpu_layers: int, who: str = "") -> str | None:
+    """Why ``n_gpu_layers`` (``who``'s, e.g. "the draft's") has no effect on this build,
+    or None when it has one."""
     if n_gpu_layers <= 0 or supports_gpu_offload():
         return None
-    return f"this llama.cpp was built without GPU support, so {n_gpu_layers} GPU layers have no effect: {gpu_build_hint()}"
+    whose = f"{who} " if who else ""
+    return (f"this llama.cpp was built without GPU support, so {whose}{n_gpu_layers} GPU layers have no effect: "
+            f"{gpu_build_hint()}")
+
+
+def machine() -> dict:
+    gpus, status = gpu_memory()
+    try:
+        import psutil
+
+        cores = psutil.cpu_count(logical=False)
+    except Exception:  # noqa: BLE001
+        cores = None
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": cores, "gpu": gpus[0].name if gpus else status, "os": platform.platform()}
 
 
 __all__ = ["Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint",
-           "gpu_layers_note", "gpu_memory", "repack_types", "rss_bytes", "supports_gpu_offload"]
+           "gpu_layers_note", "gpu_memory", "machine", "repack_types", "rss_bytes", "supports_gpu_offload"]

@@ -25,9 +25,9 @@ import numpy as np
 
 from .backend import Backend
 from .decoder import Step
-from .drift import NEAR_TIE_LOGITS, share_text
+from .drift import NEAR_TIE_LOGITS
 
-__all__ = ["NEAR_TIE_LOGITS", "Divergence", "explain", "first_difference", "replay_logits", "verdict_text"]
+__all__ = ["NEAR_TIE_LOGITS", "Divergence", "explain", "first_difference", "replay_logits"]
 
 
 @dataclass(frozen=True)
@@ -114,38 +114,3 @@ def explain(
         baseline_text=target.token_bytes(ta).decode("utf-8", "replace"),
         speculative_text=target.token_bytes(tb).decode("utf-8", "replace"),
     )
-
-
-def verdict_text(divergence: dict, drift: dict | None = None) -> str:
-    """A divergence (``Divergence.to_dict()``) in one sentence, pointing to the measured
-    drift (``Drift.to_dict()``) for a near-tie, e.g. "near-tie at token 9: ' the' led
-    ' a' by 0.050 logits in target alone; the batched verify moved the margin by 0.110
-    and ' a' won by 0.060. This machine's drift flips 0.40% of positions (...)"."""
-    d = divergence
-    i = d.get("index")
-    a, b = d.get("baseline_text", ""), d.get("speculative_text", "")
-    m, mb = d.get("margin"), d.get("margin_batched")
-    if d.get("verdict") != "near-tie":
-        if not isinstance(m, (int, float)) or not isinstance(mb, (int, float)) or m != m or mb != mb:
-            return f"mismatch at token {i}: {a!r} vs {b!r}, not explained by a replay; worth reporting"
-        return (
-            f"mismatch at token {i}: {a!r} vs {b!r} (margins {m:.3f} and {mb:.3f} logits), "
-            f"more than kernel drift explains; worth reporting"
-        )
-    if isinstance(m, (int, float)) and isinstance(mb, (int, float)) and m == m and mb == mb:
-        text = (
-            f"near-tie at token {i}: {a!r} led {b!r} by {m:.3f} logits in target alone; the batched verify "
-            f"moved the margin by {m + mb:.3f} and {b!r} won by {mb:.3f}"
-        )
-    else:
-        text = f"near-tie at token {i}: {a!r} and {b!r} within {NEAR_TIE_LOGITS:g} logits; the batched verify flipped them"
-    if drift:
-        share = drift.get("flip_share")
-        pos = drift.get("positions")
-        limit = drift.get("logit_diff_max")
-        if share is not None and pos:
-            text += (
-                f". This machine's kernel drift flips the argmax at {share_text(share)} of positions "
-                f"(measured at {pos}; logits move by up to {limit:.3f})"
-            )
-    return text + "."

@@ -165,40 +165,6 @@ class Drift:
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
 
-    def settings_text(self) -> str:
-        s = f"T={self.temperature:g}"
-        if self.top_k:
-            s += f", top-k {self.top_k}"
-        if self.top_p < 1.0:
-            s += f", top-p {self.top_p:g}"
-        if self.min_p > 0.0:
-            s += f", min-p {self.min_p:g}"
-        return s
-
-    def summary(self) -> str:
-        """One or two plain sentences, for the advisor, reports and the Compare tab."""
-        if not self.batches:
-            return "Kernel drift was not measured."
-        lo, hi = min(b.batch for b in self.batches), max(b.batch for b in self.batches)
-        sizes = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        text = (
-            f"On this machine a verify batch ({sizes} tokens) moves the target's {self.settings_text()} "
-            f"distribution by {share_text(self.tv_mean)} in total variation on average, {share_text(self.tv_max)} at worst "
-            f"(the logits by up to {self.logit_diff_max:.3f}), measured at {self.positions} positions."
-        )
-        if self.flips:
-            text += (
-                f" At T=0 it flipped the argmax at {share_text(self.flip_share)} of positions, all within a margin of "
-                f"{self.flip_margin_max:.3f} logits; {share_text(self.near_tie_share)} of positions are near-ties "
-                f"(top two within {self.near_tie_logits:g})."
-            )
-        else:
-            text += (
-                f" At T=0 no argmax flipped; {share_text(self.near_tie_share)} of positions are near-ties "
-                f"(top two within {self.near_tie_logits:g}), where a flip can happen."
-            )
-        return text
-
     # -- storing -------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
@@ -219,7 +185,6 @@ class Drift:
             "flip_margin_max": self.flip_margin_max,
             "by_batch": [b.to_dict() for b in self.by_batch],
             "seconds": self.seconds,
-            "summary": self.summary(),
             **({"measured_on": self.extra} if self.extra else {}),
         }
 
@@ -245,59 +210,6 @@ class Drift:
 
 #: The sampling settings the drift is measured at by default: the raw distribution.
 T1 = SamplingParams(temperature=1.0)
-
-def share_text(x: float) -> str:
-    """A share as a percentage with the digits a small share needs: 0.40%, 5.3%, 0%."""
-    if x == 0:
-        return "0%"
-    if x < 0.001:
-        return f"{100 * x:.3f}%"
-    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
-
-
-def claim_text(drift: dict | None, temperature: float | None = None) -> str:
-    """What "the same output" means, stated exactly, with the measured drift
-    (``Drift.to_dict()``) when there is one; at ``temperature`` > 0 also what exactness
-    means for a sampled run."""
-    text = (
-        "The output follows the target's distribution as llama.cpp computes it in a verify batch: "
-        "at T=0 each token is the argmax of the target's batched logits, at T>0 rejection sampling "
-        "draws each token from the target's batched distribution."
-    )
-    if drift and drift.get("positions"):
-        worst = drift.get("worst_batch")
-        s = drift.get("sampling") or {}
-        at = f"T={s.get('temperature', 1.0):g}"
-        text += (
-            f" On this machine that is {share_text(drift['tv_mean'])} in total variation from target alone's "
-            f"single-token steps on average at {at}, {share_text(drift['tv_max'])} at worst"
-            + (f" (a batch of {worst})" if worst else "")
-            + "."
-        )
-        if drift.get("flips"):
-            text += (
-                f" At T=0 the difference shows only at near-ties: the argmax flipped at "
-                f"{share_text(drift['flip_share'])} of positions, each within {drift['flip_margin_max']:.3f} logits."
-            )
-        else:
-            text += (
-                f" At T=0 the difference shows only at near-ties (top two logits within "
-                f"{drift.get('near_tie_logits', NEAR_TIE_LOGITS):g}, {share_text(drift.get('near_tie_share', 0.0))} "
-                f"of positions here); no argmax flipped in {drift['positions']} positions measured."
-            )
-    else:
-        text += (
-            " Single-token steps run other kernels, so at T=0 the output can differ from target alone's "
-            "where the two best tokens nearly tie; the drift was not measured here."
-        )
-    if temperature is not None and temperature > 0:
-        text += (
-            f" At T={temperature:g} runs are not compared token for token (target alone with another seed "
-            "differs too): exact means each token is drawn from the target's batched distribution, which "
-            "a chi-square test on real models checks."
-        )
-    return text
-
 
 # -- measuring --------------------------------------------------------------------------
 

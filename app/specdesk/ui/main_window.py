@@ -44,7 +44,7 @@ from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
 from ..session import Session, devices, supports_gpu_offload
-from ..speculative.drift import claim_text
+from ..session.text import claim_text
 from .chat_controller import ChatController
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab

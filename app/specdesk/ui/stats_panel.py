@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..fmt import format_bytes
+from ..session.text import slower_reason
 from ..speculative.stats import Stats
 
 if TYPE_CHECKING:  # a type only; the front ends reach the engine's types through the session
@@ -55,18 +56,6 @@ def decisions_text(st: Stats, top: int = 3) -> str:
         return ""
     ranked = sorted(st.decisions.items(), key=lambda kv: -kv[1])[:top]
     return "why: " + " · ".join(f"{k} ×{n}" for k, n in ranked)
-
-
-def slower_reason(st: Stats) -> str:
-    """Why an answer ran slower than target alone, from its own statistics."""
-    if not st.drafted or st.drafted < 0.1 * max(1, st.steps):
-        return (f"though little was drafted ({st.drafted} tokens in {st.steps} steps): "
-                "the machine was busier than when the reference was taken")
-    if st.decode_seconds and st.draft_seconds / st.decode_seconds > 0.25:
-        return f"draft cost: the draft model took {100 * st.draft_seconds / st.decode_seconds:.0f}% of the time"
-    if st.acceptance_rate is not None and st.acceptance_rate < 0.5:
-        return f"acceptance: only {100 * st.acceptance_rate:.0f}% of drafted tokens were kept"
-    return "verify cost: checking a batch of drafted tokens costs nearly as much as generating them one by one here"
 
 
 class ShareBar(QWidget):

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...fmt import format_bytes
-from ...speculative.divergence import verdict_text
-from ...speculative.drift import claim_text
+from ...session.text import claim_text, verdict_text
 from .result import BASELINE, drift_of, validate
 from .result import basename as _basename
 from .result import configs as _configs

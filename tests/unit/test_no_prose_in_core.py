@@ -1,0 +1,61 @@
+"""The algorithm holds no user-facing sentence: what users read is rendered by
+specdesk.session.text from typed results (an import contract keeps the text module
+out of the core; this test keeps sentences from being written there directly)."""
+
+import ast
+from pathlib import Path
+
+import specdesk.speculative
+
+CORE = Path(specdesk.speculative.__file__).parent
+MAX_WORDS = 5  # decision reasons and source names are labels of a few words
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _in_raise(tree: ast.AST) -> set[int]:
+    """Strings inside a raise: errors for programmers misusing the API (the session
+    checks every user input first, with its own messages)."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise):
+            ids.update(id(n) for n in ast.walk(node))
+    return ids
+
+
+def sentences(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree) | _in_raise(tree)
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if len(text.split()) > MAX_WORDS:
+            out.append(f"{path.name}:{node.lineno}: {text[:60]!r}")
+    return out
+
+
+def test_the_core_holds_no_sentence():
+    found = [s for p in sorted(CORE.rglob("*.py")) for s in sentences(p)]
+    assert not found, "sentences for users belong in specdesk.session.text:\n" + "\n".join(found)
+
+
+def test_the_check_finds_a_sentence(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('def f(x):\n    """A docstring may say anything at all."""\n'
+                   '    return f"the draft paid off {x} times on this machine"\n')
+    assert sentences(bad) and "bad.py:3" in sentences(bad)[0]
