@@ -221,6 +221,36 @@ def test_remote_target_local_draft_matches_all_local_then_a_dead_server_is_one_l
 
 
 @needs_rpc
+def test_a_load_shakes_hands_with_each_server_once_and_warns_only_of_local_gpu_layers(rpc_server, smol_path,
+                                                                                      smol_draft_path, monkeypatch,
+                                                                                      capsys):
+    handshakes = []
+    real_probe = engine_rpc.probe
+
+    def counted(endpoint, *a, **kw):
+        handshakes.append(endpoint)
+        return real_probe(endpoint, *a, **kw)
+
+    monkeypatch.setattr(engine_rpc, "probe", counted)
+    rc, err = in_process(capsys, "generate", "--target", smol_path, "--rpc", rpc_server.endpoint, "--gpu-layers", "99",
+                         "--proposer", "none", "--prompt", "hi", "--max-tokens", "2", "--ctx", "256", "--threads", "1")
+    assert rc == 0, err
+    # the note, the plan and the load share one handshake of SpecDesk's own before
+    # llama.cpp talks to the server (it was four: two plans, each with a device check)
+    assert handshakes == [rpc_server.endpoint]
+    # the target's 99 layers went to the server's device, as asked: no warning about them
+    assert "have no effect" not in err
+    assert f"RPC0 ({rpc_server.endpoint}" in err
+    # the draft stays here: its GPU layers on a CPU-only build are said to do nothing
+    r = cli("generate", "--target", smol_path, "--draft", smol_draft_path, "--rpc", rpc_server.endpoint,
+            "--gpu-layers", "99", "--draft-gpu-layers", "5", "--prompt", "hi", "--max-tokens", "2", "--ctx", "256",
+            "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if "have no effect" in line]
+    assert len(warnings) == 1 and "the draft's 5 GPU layers have no effect" in warnings[0]
+
+
+@needs_rpc
 def test_after_losing_a_server_the_process_loads_again(rpc_server, smol_path, tmp_path):
     """The app's case: the server dies under a running generation; the process lives on,
     is told which server it lost, and loads the model locally without a restart."""

@@ -12,7 +12,8 @@ from pathlib import Path
 from ..errors import ModelFileError, SpecDeskError
 from ..library.defaults import default_models
 from ..session import PROPOSERS, GenerationConfig, ModelSpec, Session, gpu_layers_note
-from ..session.remote import parse_endpoints, parse_split, plan_placement, require_rpc, set_lost_handler
+from ..session.core import plan_target
+from ..session.remote import parse_endpoints, parse_split, require_rpc, set_lost_handler
 from ..speculative.sampling import SamplingParams
 from .output import EXIT_USAGE
 
@@ -150,24 +151,27 @@ def default_model_path(role: str) -> Path:
     return m.path
 
 
-def warn_gpu_layers(n_gpu_layers: int) -> None:
+def warn_gpu_layers(n_gpu_layers: int, who: str = "") -> None:
     """GPU layers on a build that cannot offload are said to do nothing, not silently ignored."""
-    note = gpu_layers_note(n_gpu_layers)
+    note = gpu_layers_note(n_gpu_layers, who)
     if note:
         print(f"specdesk: warning: {note}", file=sys.stderr)
 
 
 def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None]:
-    warn_gpu_layers(max(args.gpu_layers, args.draft_gpu_layers or 0))
     target = args.target or default_model_path("target")
     rpc = tuple(getattr(args, "rpc", ()) or ())
+    dgl = args.gpu_layers if args.draft_gpu_layers is None else args.draft_gpu_layers
+    if rpc:  # the target's layers go to the RPC servers' devices; only the draft's stay here
+        warn_gpu_layers(dgl if need_draft else 0, "the draft's")
+    else:
+        warn_gpu_layers(max(args.gpu_layers, dgl if need_draft else 0))
     split = getattr(args, "tensor_split", None)
     use_rpc(rpc)
     t = ModelSpec(target, n_gpu_layers=args.gpu_layers, threads=args.threads, n_ctx=args.ctx, rpc=rpc, tensor_split=split)
     if not need_draft:
         return t, None
     draft = args.draft or default_model_path("draft")
-    dgl = args.gpu_layers if args.draft_gpu_layers is None else args.draft_gpu_layers
     return t, ModelSpec(draft, n_gpu_layers=dgl, threads=args.threads, n_ctx=args.ctx)
 
 
@@ -175,10 +179,10 @@ def load_session(args, need_draft: bool) -> Session:
     """The models the options name; a draft with another vocabulary drafts translated
     unless ``--same-vocab-only``."""
     t, d = specs_from_args(args, need_draft=need_draft)
-    if t.rpc or t.tensor_split:
-        where = plan_placement(t.path, t.n_gpu_layers, t.rpc, t.tensor_split)
+    where = plan_target(t)  # each RPC server checked and registered once, for the note and the load
+    if where is not None:
         print(f"specdesk: note: target {t.path.name}: {where.describe()}; the draft stays local", file=sys.stderr)
-    s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False))
+    s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False), placement=where)
     if s.translated:
         print(f"specdesk: note: {d.path.name} has another vocabulary than {t.path.name} "
               f"({s.compat.reason}): it drafts text that is re-tokenized for the target "

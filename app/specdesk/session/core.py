@@ -16,26 +16,18 @@ import numpy as np
 from ..engine.chat import render_chat
 from ..engine.context import Context
 from ..engine.devices import handles
-from ..engine.memory import MemoryReport, ModelMemory, report
+from ..system.memory import MemoryReport, ModelMemory, report
 from ..engine.model import Model
 from ..engine.tokenizer import ModelTokenizer
-from ..engine.vocab import Compatibility, check_compatible
+from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..library.gguf import validate_gguf
 from ..speculative.controller import AutoK, Controller, FixedK
 from ..speculative.decoder import Step, speculate
-from ..speculative.proposers import (
-    DraftModelProposer,
-    HistoryProposer,
-    HybridProposer,
-    NgramProposer,
-    NoProposer,
-    Proposer,
-    TranslatedDraftProposer,
-)
+from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
 from . import costcache, remote
-from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec
+from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec, translated_refusal
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +79,8 @@ class LoadedModel:
         self.model.close()
 
 
-def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float) -> LoadedModel:
+def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
+              placement: remote.Placement | None = None) -> LoadedModel:
     check_model_file(spec.path)
     cb = None
     if progress is not None:
@@ -96,7 +89,10 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
         def cb(p: float) -> bool:
             return progress(f"loading {role} {name}", lo + (hi - lo) * p)
 
-    placement = _placement(spec)
+    if placement is None:
+        placement = remote.local_placement()  # once servers are registered, a model without any stays local
+        if placement is not None:
+            placement = replace(placement, n_gpu_layers=spec.n_gpu_layers)
     if placement is None:
         model = Model(spec.path, n_gpu_layers=spec.n_gpu_layers, progress=cb)
     else:
@@ -110,14 +106,12 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
     return LoadedModel(role, spec, model, ctx)
 
 
-def _placement(spec: ModelSpec):
-    """Where the layers go: across the RPC servers the spec names (and local devices),
-    or, once any server is registered in this process, local devices only (the draft
-    stays local); None leaves it to llama.cpp as before."""
+def plan_target(spec: ModelSpec) -> remote.Placement | None:
+    """Where the target's layers go: across the RPC servers the spec names (and local
+    devices), each server checked and registered once; None leaves it to llama.cpp."""
     if spec.rpc or spec.tensor_split:
-        return remote.plan_placement(spec.path, spec.n_gpu_layers, spec.rpc, spec.tensor_split)
-    local = remote.local_placement()
-    return None if local is None else replace(local, n_gpu_layers=spec.n_gpu_layers)
+        return remote.prepare_placement(spec.path, spec.n_gpu_layers, spec.rpc, spec.tensor_split)
+    return None
 
 
 class Session:
@@ -160,11 +154,6 @@ class Session:
             if close_now:
                 self._free()
 
-    @property
-    def in_use(self) -> bool:
-        with self._lock:
-            return self._users > 0
-
     def remember_costs(self, path: Path | None = None) -> None:
         """Seed ``auto`` with the costs measured last time on this pair and setup, and
         save what it measures when the session closes."""
@@ -198,18 +187,22 @@ class Session:
         progress: LoadProgress | None = None,
         remember_costs: bool = True,
         translate: bool = False,
+        placement: remote.Placement | None = None,
     ) -> "Session":
         """Load the target (and the draft, checked for compatibility). With
         ``remember_costs``, ``auto`` starts from the costs measured on this pair
         last time and saves its own when the session closes. With ``translate``, a
         draft with another vocabulary drafts text that is re-tokenized for the target
-        (``translated``) instead of being refused."""
+        (``translated``) instead of being refused. ``placement`` is the target's plan
+        (:func:`plan_target`, e.g. from the preflight); without one it is planned here."""
         check_model_file(target.path)
         if draft is not None:
             check_model_file(draft.path)
         sizes = [target.path.stat().st_size, draft.path.stat().st_size if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
-        t = _load_one("target", target, progress, 0.0, split if draft else 1.0)
+        if placement is None:
+            placement = plan_target(target)
+        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement)
         try:
             d = None
             compat = None
@@ -298,29 +291,36 @@ class Session:
             )
 
     def make_controller(self, config: GenerationConfig) -> Controller:
-        # a fixed k's measured costs and acceptance are as good as auto's own
-        return self.auto if config.k == "auto" else FixedK(int(config.k), teach=self.auto)
+        """The session's own auto controller (what it learnt carries over to the next
+        answer), or a fixed k, which learns nothing for auto."""
+        return self.auto if config.k == "auto" else FixedK(int(config.k))
 
     @property
     def translated(self) -> bool:
         """The draft speaks another vocabulary: its text is re-tokenized for the target."""
         return self.draft is not None and self.compat is not None and not self.compat
 
+    def proposer_name(self, config: GenerationConfig) -> str:
+        """The proposer that runs ``config`` on this pair: ``draft`` is ``translated``
+        on a pair of two vocabularies; ``translated`` on a pair of one is refused."""
+        try:
+            return registry.resolve(config.proposer, self.translated)
+        except registry.PairMismatch:
+            raise SpecDeskError(translated_refusal(config.proposer)) from None
+
     def make_proposer(self, config: GenerationConfig) -> Proposer:
-        if config.proposer == "none":
-            return NoProposer()
-        if config.proposer == "ngram":
-            # with history: the longest match across prompt, output and earlier turns
-            return HybridProposer(NoProposer(), history=self.history) if config.history else NgramProposer()
-        if self.draft is None:
+        kind = registry.kind(self.proposer_name(config))
+        if kind.needs_draft and self.draft is None:
             raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
+        return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min), history=self.history))
+
+    def _draft_proposer(self, p_min: float) -> Proposer:
+        """The draft model as a proposer: in the target's vocabulary, or translated."""
         if self.translated:
             vi = self.draft.model.vocab_info()
-            dm = TranslatedDraftProposer(self.draft.ctx, ModelTokenizer(self.draft.model), ModelTokenizer(self.target.model),
-                                         prefix=[vi.bos] if vi.add_bos and vi.bos >= 0 else [], p_min=0.0)
-        else:
-            dm = DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=config.p_min)
-        return dm if config.proposer == "draft" else HybridProposer(dm, history=self.history)
+            return TranslatedDraftProposer(self.draft.ctx, ModelTokenizer(self.draft.model), ModelTokenizer(self.target.model),
+                                           prefix=[vi.bos] if vi.add_bos and vi.bos >= 0 else [], p_min=p_min)
+        return DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=p_min)
 
     def generate(
         self,

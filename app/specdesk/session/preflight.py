@@ -8,12 +8,13 @@ from typing import Callable
 
 import psutil
 
-from ..engine.memory import gpu_memory
+from ..system.memory import gpu_memory
 from ..fmt import format_bytes
 from ..library.gguf import estimate_memory, validate_gguf
 from ..library.pairing import check_pair
 from .config import ModelSpec
-from .remote import plan_placement
+from .core import plan_target
+from .remote import Placement
 from .runtime import repack_types, supports_gpu_offload
 
 
@@ -25,7 +26,13 @@ class Preflight:
     vram_bytes: int
     compat: object | None = None  # the pair check (truthy when compatible); None without a draft
     shortfalls: list[str] = field(default_factory=list)  # "about 9 GiB of RAM but 4 GiB is free"
-    placement: str = ""  # where the target's layers go, when RPC servers or a split are set
+    # where the target's layers go, when RPC servers or a split are set: the plan
+    # Session.load takes (so a load registers each server once)
+    plan: Placement | None = None
+
+    @property
+    def placement(self) -> str:
+        return self.plan.describe() if self.plan is not None else ""
 
     @property
     def fits(self) -> bool:
@@ -55,12 +62,11 @@ def preflight(target: ModelSpec, draft: ModelSpec | None = None,
     Raises ModelFileError for a bad file; an incompatible pair is reported in ``compat``."""
     if progress:
         progress("checking the model files…", 0.0)
-    placement = ""
+    where = None
     if target.rpc or target.tensor_split:
         if progress:
             progress("asking the RPC servers for their devices…", 0.0)
-        where = plan_placement(target.path, target.n_gpu_layers, target.rpc, target.tensor_split)
-        placement = where.describe()
+        where = plan_target(target)
         est = estimate_memory(validate_gguf(target.path), n_ctx=target.n_ctx, n_gpu_layers=where.n_gpu_layers,
                               repack_types=repack_types())
         if target.rpc:  # what goes to the servers is their memory, not this machine's VRAM
@@ -87,4 +93,4 @@ def preflight(target: ModelSpec, draft: ModelSpec | None = None,
             short.append(f"{format_bytes(vram)} of VRAM but the GPU reads '{status}'")
         elif vram > free_vram:
             short.append(f"about {format_bytes(vram)} of VRAM but {format_bytes(free_vram)} is free")
-    return Preflight(ram, vram, compat, short, placement)
+    return Preflight(ram, vram, compat, short, where)

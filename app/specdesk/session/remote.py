@@ -53,10 +53,6 @@ def register_servers(endpoints: Sequence[str]) -> list[RemoteServer]:
     return _rpc.register(parse_endpoints(endpoints))
 
 
-def remote_devices() -> list[Device]:
-    return [d for d in devices() if d.is_remote]
-
-
 def parse_split(text: str) -> tuple[float, ...]:
     """``3,1`` or ``0.75,0.25``: non-negative shares, at least one above zero."""
     try:
@@ -117,22 +113,21 @@ def _describe_layers(layers: list[int], n_layer: int) -> str:
     return s
 
 
-def plan_placement(path: Path, n_gpu_layers: int, rpc: Sequence[str], tensor_split: Sequence[float] | None,
-                   register: bool = True) -> Placement:
-    """Where the model at ``path`` goes with these servers and shares (registers the
-    servers unless ``register`` is False, in which case they must be registered)."""
+def prepare_placement(path: Path, n_gpu_layers: int, rpc: Sequence[str], tensor_split: Sequence[float] | None) -> Placement:
+    """Where the model at ``path`` goes with these servers and shares: each server is
+    checked and registered once (one handshake each), the devices read once, and the
+    plan drawn from them (:func:`plan_placement`). ``Session.load`` takes the result,
+    so a load with --rpc shakes hands with each server once."""
     rpc = parse_endpoints(rpc) if rpc else ()
-    if rpc:
-        servers = register_servers(rpc) if register else []
-        remote = [n for s in servers for n in s.device_names] if register else [
-            d.name for d in devices(memory=False) if d.is_remote and d.endpoint in rpc]
-    else:
-        remote = []
-    all_devs = devices(memory=bool(rpc) or bool(tensor_split), remote=rpc)
-    local_gpus = [d.name for d in all_devs if d.is_gpu]
-    order = remote + local_gpus
-    g = validate_gguf(path)
-    n_layer = md_int(g, f"{g.architecture}.block_count") or len({layer_of(t.name) for t in g.tensors} - {None})
+    servers = register_servers(rpc) if rpc else []
+    all_devs = devices(memory=bool(rpc) or bool(tensor_split), remote=rpc, checked=rpc)
+    return plan_placement(path, n_gpu_layers, servers, all_devs, tensor_split, any_registered=bool(_rpc.registered()))
+
+
+def _shares_and_layers(order: Sequence[str], tensor_split: Sequence[float] | None, n_layer: int, n_gpu_layers: int,
+                       remote: bool) -> tuple[list[str], tuple[float, ...] | None, int]:
+    """The offload devices, their shares and n_gpu_layers from the user's split."""
+    order = list(order)
     cpu_share = 0.0
     split = None
     if tensor_split:
@@ -148,12 +143,25 @@ def plan_placement(path: Path, n_gpu_layers: int, rpc: Sequence[str], tensor_spl
         if split and sum(split) <= 0:
             order, split = [], None
     ngl = n_gpu_layers
-    if rpc or tensor_split:
+    if remote or tensor_split:
         if tensor_split:
             ngl = ALL_LAYERS if cpu_share == 0 else max(0, (n_layer + 1) - round((n_layer + 1) * cpu_share))
         elif ngl <= 0:
             ngl = ALL_LAYERS
-    explicit = bool(rpc) or bool(_rpc_any_registered()) or bool(tensor_split)
+    return order, split, ngl
+
+
+def plan_placement(path: Path, n_gpu_layers: int, servers: Sequence[RemoteServer], all_devs: Sequence[Device],
+                   tensor_split: Sequence[float] | None, any_registered: bool = False) -> Placement:
+    """The plan, from the GGUF's layers and the devices given (no server is asked):
+    remote devices first, as llama.cpp places them, then local GPUs, then this CPU."""
+    rpc = tuple(sv.endpoint for sv in servers)
+    remote = [n for sv in servers for n in sv.device_names]
+    local_gpus = [d.name for d in all_devs if d.is_gpu]
+    g = validate_gguf(path)
+    n_layer = md_int(g, f"{g.architecture}.block_count") or len({layer_of(t.name) for t in g.tensors} - {None})
+    order, split, ngl = _shares_and_layers(remote + local_gpus, tensor_split, n_layer, n_gpu_layers, bool(rpc))
+    explicit = bool(rpc) or any_registered or bool(tensor_split)
     names = tuple(order) if explicit else None
     # the plan: which layers on which device, and their weight bytes
     per_layer: dict[int, int] = {}
@@ -168,12 +176,12 @@ def plan_placement(path: Path, n_gpu_layers: int, rpc: Sequence[str], tensor_spl
             max(d.free_bytes, 1) for n in order for d in all_devs if d.name == n] or [1.0]
         labels = order or ["GPU"]
         for dev, layers in _layer_ranges(n_layer, ngl if (order or not explicit) else 0, shares):
-            label = "CPU (local)" if dev < 0 else _label(labels[dev], all_devs)
+            label = "CPU (local)" if dev < 0 else _label(labels[dev], list(all_devs))
             plan.append((label, _describe_layers(layers, n_layer), sum(per_layer.get(i, 0) for i in layers)))
     else:
         plan.append(("CPU (local)", f"layers 0–{n_layer - 1} + output",
                      sum(per_layer.values())))
-    return Placement(names, split, ngl, tuple(rpc), tuple(plan))
+    return Placement(names, split, ngl, rpc, tuple(plan))
 
 
 def _label(name: str, devs: list[Device]) -> str:
@@ -182,10 +190,6 @@ def _label(name: str, devs: list[Device]) -> str:
             where = f"{d.endpoint}, " if d.is_remote else ""
             return f"{name} ({where}{format_bytes(d.free_bytes)} free of {format_bytes(d.total_bytes)})"
     return name
-
-
-def _rpc_any_registered() -> tuple[str, ...]:
-    return _rpc.registered()
 
 
 def local_placement() -> Placement | None:
@@ -235,6 +239,6 @@ def start_server(host: str, port: int, device_names: Sequence[str], threads: int
 
 
 __all__ = ["ALL_LAYERS", "DEFAULT_PORT", "PROTOCOL", "Placement", "RemoteServer", "SECURITY_WARNING", "local_placement", "lost_endpoints",
-           "parse_endpoints", "parse_split", "plan_placement", "probe", "register_servers", "registered",
-           "reinstall_command", "remote_devices", "require_rpc", "rpc_supported", "serving_devices", "set_lost_handler",
+           "parse_endpoints", "parse_split", "plan_placement", "prepare_placement", "probe", "register_servers", "registered",
+           "reinstall_command", "require_rpc", "rpc_supported", "serving_devices", "set_lost_handler",
            "start_server"]

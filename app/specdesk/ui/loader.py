@@ -138,12 +138,13 @@ class PairLoader(QObject):
                 self._finish(check)  # declined, or asked again meanwhile: the newer request runs
                 self.idle.emit("")
                 return
-        self._start_load(req, msg)  # the check's request goes on as this load
+        self._start_load(req, msg, pre)  # the check's request goes on as this load, with its plan
 
-    def _start_load(self, req: LoadRequest, estimate_msg: str) -> None:
-        tspec, dspec = req.target, req.draft
-        # a draft with another vocabulary drafts translated text (the picker marks it)
-        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True), "model load")
+    def _start_load(self, req: LoadRequest, estimate_msg: str, pre: Preflight) -> None:
+        tspec, dspec, plan = req.target, req.draft, pre.plan
+        # a draft with another vocabulary drafts translated text (the picker marks it);
+        # the target goes where the check planned (each RPC server registered once)
+        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True, placement=plan), "model load")
         self._task = task
         task.progress.connect(lambda m, f: self.busy.emit(f"{m}  ({estimate_msg})", f))
         task.succeeded.connect(lambda session: self._load_succeeded(task, session))
