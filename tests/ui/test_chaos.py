@@ -222,7 +222,7 @@ def check_idle(w: MainWindow, made: list[Session]) -> list[str]:
                 bad.append("the window's session is closed")
         elif not s.closed:
             bad.append(f"a session ({s.target.name if s.target else '?'}) is neither the window's nor closed: leaked")
-        if s.in_use:
+        if s._users:  # white-box: every lease ended
             bad.append("a session is still leased")
     if w.stop_btn.isEnabled():
         bad.append("Stop is enabled with nothing running")
@@ -722,11 +722,11 @@ def test_a_comparison_holds_its_session(qtbot, window):
     s = w.session
     qtbot.waitUntil(lambda: c.progress.value() > 0, timeout=LOAD_TIMEOUT)  # its work has begun
     try:
-        assert s.in_use, "a comparison runs on a session nobody holds: closing it frees the contexts under it"
+        assert s._users, "a comparison runs on a session nobody holds: closing it frees the contexts under it"
     finally:
         c.cancel()
         _settle(qtbot, w)
-    assert not s.in_use
+    assert not s._users
 
 
 def window_models(w) -> tuple[Path, Path]:

@@ -62,7 +62,7 @@ def test_the_index_is_bounded_by_tokens_kept():
     for d in docs:
         h.add(d)
         assert len(h) <= 100
-        assert h.table_size <= levels * len(h)
+        assert len(h._table) <= levels * len(h)
         # every entry's n-gram lies in the kept buffer and points at its continuation
         for gram, p in h._table.items():
             i = p - h._base
@@ -75,7 +75,7 @@ def test_the_index_is_bounded_by_tokens_kept():
     last = docs[-1]
     assert h.lookup(last[:5], 3) is not None
     h.clear()
-    assert len(h) == 0 and h.table_size == 0 and h.lookup(last[:5], 3) is None
+    assert len(h) == 0 and len(h._table) == 0 and h.lookup(last[:5], 3) is None
 
 
 def test_a_document_longer_than_the_bound_keeps_its_end():

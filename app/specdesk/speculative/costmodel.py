@@ -55,13 +55,6 @@ def expected_tokens(alphas: Sequence[float]) -> list[float]:
     return out
 
 
-def expected_tokens_constant(alpha: float, k: int) -> float:
-    """Leviathan et al.'s closed form for a constant acceptance rate."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
 @dataclass
 class CostModel:
     """Seconds per verify batch of b tokens and per draft call of k tokens."""
@@ -109,9 +102,6 @@ class CostModel:
     def step_cost(self) -> float | None:
         """One target step (a verify batch of 1)."""
         return self.verify_cost(1)
-
-    def verify_measured(self, batch: int) -> bool:
-        return batch in self.verify
 
     def draft_measured(self, k: int) -> bool:
         return k in self.draft

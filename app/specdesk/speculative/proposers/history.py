@@ -54,10 +54,6 @@ class HistoryIndex:
         """Tokens kept (separators not counted)."""
         return self._tokens
 
-    @property
-    def table_size(self) -> int:
-        return len(self._table)
-
     def clear(self) -> None:
         self._base += len(self._buf)  # positions are never reused
         self._buf.clear()
