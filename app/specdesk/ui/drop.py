@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, Qt, QTimer
+from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QWidget
 
 from .model_bar import ModelBar
@@ -125,14 +125,26 @@ class DropOverlay(QLabel):
         self.hide()
         self.ok = True
 
-    def show_landing(self, where, land: Landing) -> None:
+    def show_landing(self, land: Landing, area: QRect, picker: QRect | None = None) -> None:
+        """Over all of ``area`` (the window's content) for a drop on the window; for a drop
+        on a picker, a callout just below ``picker`` (both in the window's coordinates)."""
         self.ok = land.ok
         fg, bg, border = ("#1864ab", "rgba(231, 245, 255, 225)", "#1c7ed6") if land.ok else \
-            ("#c92a2a", "rgba(255, 245, 245, 230)", "#e03131")
+            ("#c92a2a", "rgba(255, 245, 245, 235)", "#e03131")
+        size, pad = ("15px", 12) if picker is not None else ("17px", 24)
         self.setStyleSheet(f"QLabel#dropOverlay {{ color: {fg}; background: {bg}; border: 3px dashed {border}; "
-                           "border-radius: 10px; font-size: 17px; font-weight: 600; padding: 24px; }")
-        self.setText(("⬇ " if land.ok else "⛔ ") + land.text)
-        self.setGeometry(where.adjusted(12, 12, -12, -12))
+                           f"border-radius: 10px; font-size: {size}; font-weight: 600; padding: {pad}px; }}")
+        self.setText(("⬆ " if picker is not None else "⬇ " if land.ok else "") + ("" if land.ok else "⛔ ") + land.text)
+        inner = area.adjusted(12, 12, -12, -12)
+        if picker is None:
+            self.setGeometry(inner)
+        else:
+            self.setWordWrap(False)
+            hint = self.sizeHint()
+            self.setWordWrap(True)
+            width = min(hint.width(), inner.width())
+            x = max(inner.left(), min(picker.left(), inner.right() - width))
+            self.setGeometry(x, picker.bottom() + 8, width, self.heightForWidth(width))
         self.show()
         self.raise_()
 
@@ -229,8 +241,13 @@ class DropController(QObject):
 
     def show(self, land: Landing) -> None:
         w = self.window
-        w.model_bar.show_drop_role(land.role, land.ok)
-        self.overlay.show_landing(w.centralWidget().geometry(), land)
+        bar = w.model_bar
+        bar.show_drop_role(land.role, land.ok)
+        picker = None
+        if land.role is not None:
+            r = bar.drop_rect(land.role)
+            picker = QRect(bar.mapTo(w, r.topLeft()), r.size())
+        self.overlay.show_landing(land, w.centralWidget().geometry(), picker)
 
     def clear(self) -> None:
         self.window.model_bar.show_drop_role(None)

@@ -84,7 +84,7 @@ class ModelBar(QToolBar):
         """Mark the picker a drag would land on (green, or red when it is refused); None: neither."""
         colour = ("#2f9e44", "#ebfbee") if ok else ("#e03131", "#fff5f5")
         for r, combo in (("target", self.target_combo), ("draft", self.draft_combo)):
-            combo.setStyleSheet(f"QComboBox {{ border: 2px solid {colour[0]}; border-radius: 4px; background: {colour[1]}; }}"
+            combo.setStyleSheet(f"QComboBox {{ border: 3px solid {colour[0]}; border-radius: 4px; background: {colour[1]}; }}"
                                 if r == role else "")
 
     def drop_rect(self, role: str) -> QRect:

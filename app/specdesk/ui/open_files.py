@@ -195,6 +195,7 @@ class FileOpener(QObject):
                 return
             cand = next((c for c in cands if _same(c.path, path)), None)
             if cand is not None and cand.usable:
+                w.set_status(f"{path.name} can draft for {target.name}: as the draft, or as the new target?")
                 self.ask_role(path, target, cand)
             else:
                 w.set_status("")
