@@ -128,3 +128,27 @@ def test_the_running_app_answers_a_bad_request_with_an_error_and_keeps_listening
     again = claim_for_launch(tmp_path / "data", OpenRequest(), False)  # free again
     assert again is not None and again.held
     again.release()
+
+
+def test_a_lock_file_cut_short_by_a_crash_is_taken_over_but_not_one_being_written(tmp_path):
+    """QLockFile calls a lock file that names no process held for ever; the app would
+    never start again on that folder."""
+    import os
+    import time
+
+    from specdesk.ui.single_instance import LOCK_NAME, UNREADABLE_LOCK_AGE_S
+
+    data = tmp_path / "data"
+    data.mkdir()
+    lock = data / LOCK_NAME
+    lock.write_bytes(b"")  # as a power cut leaves it
+    fresh = InstanceGuard(data)
+    assert not fresh.claim()  # it may be an app writing its lock right now
+    old = time.time() - UNREADABLE_LOCK_AGE_S - 5
+    os.utime(lock, (old, old))
+    guard = InstanceGuard(data)
+    try:
+        assert guard.claim() and guard.held
+        assert guard.holder_pid() == os.getpid()
+    finally:
+        guard.release()

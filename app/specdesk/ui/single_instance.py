@@ -45,6 +45,9 @@ MAX_MESSAGE = 64 * 1024
 #: The folders ``--new-instance`` tries: the data folder, then instances/2 .. instances/99.
 MAX_INSTANCES = 99
 _MAX_SOCKET_PATH = 100  # sun_path holds 104-108 bytes
+#: A lock file that names no process is left over once it is this old (one being
+#: written names its process within microseconds).
+UNREADABLE_LOCK_AGE_S = 10.0
 
 
 class InstanceUnavailable(SpecDeskError):
@@ -140,7 +143,12 @@ class InstanceGuard(QObject):
             return True
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self._lock.tryLock(0):
-            return False
+            if self._lock.error() != QLockFile.LockError.LockFailedError:  # not held: it cannot be written
+                raise InstanceUnavailable(f"cannot hold the data folder {self.data_dir}: its lock file {LOCK_NAME} "
+                                          "cannot be written there")
+            if not self._unreadable_lock_left_behind() or not self._lock.removeStaleLockFile() \
+                    or not self._lock.tryLock(0):
+                return False
         if self._answers():  # its lock file was deleted, but that app still runs and listens
             self._lock.unlock()
             return False
@@ -155,6 +163,17 @@ class InstanceGuard(QObject):
         else:  # the app still runs; only a second launch will open a second window
             log.warning("cannot listen on %s for second launches: %s", self.name, server.errorString())
         return True
+
+    def _unreadable_lock_left_behind(self) -> bool:
+        """The lock file names no process (empty or cut short: the machine went down as it
+        was written), is not a fresh one being written, and nobody answers: QLockFile
+        would call it held for ever."""
+        path = self.data_dir / LOCK_NAME
+        try:
+            age = time.time() - path.stat().st_mtime
+        except OSError:
+            return False
+        return self.holder_pid() is None and path.is_file() and age > UNREADABLE_LOCK_AGE_S and not self._answers()
 
     def release(self) -> None:
         if self._server is not None:
