@@ -5,6 +5,7 @@ bad request on its socket (a real QLocalServer and QLocalSocket)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,14 @@ from PySide6.QtNetwork import QLocalSocket
 from specdesk.ui.drop import Dropped, dropped_models, landing
 from specdesk.ui.open_files import OpenRequest, plan
 from specdesk.ui.single_instance import InstanceGuard, claim_for_launch, server_name
+
+
+@pytest.fixture(autouse=True)
+def _runtime_dir(tmp_path_factory, monkeypatch):
+    """The guards' sockets go to a temporary runtime folder, not the user's."""
+    run = tmp_path_factory.mktemp("run")
+    run.chmod(0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
 
 
 def sized(path: Path, n: int) -> Path:
@@ -124,6 +133,7 @@ def test_the_running_app_answers_a_bad_request_with_an_error_and_keeps_listening
         assert not other.claim()
     finally:
         guard.release()
+    assert Path(guard.name).parent == Path(os.environ["XDG_RUNTIME_DIR"])
     assert not Path(guard.name).exists()  # the socket file goes with the app
     again = claim_for_launch(tmp_path / "data", OpenRequest(), False)  # free again
     assert again is not None and again.held
@@ -133,7 +143,6 @@ def test_the_running_app_answers_a_bad_request_with_an_error_and_keeps_listening
 def test_a_lock_file_cut_short_by_a_crash_is_taken_over_but_not_one_being_written(tmp_path):
     """QLockFile calls a lock file that names no process held for ever; the app would
     never start again on that folder."""
-    import os
     import time
 
     from specdesk.ui.single_instance import LOCK_NAME, UNREADABLE_LOCK_AGE_S
