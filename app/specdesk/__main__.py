@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Sequence
 
 
 class _App:
     """Opens the app (or its self-test) on demand; Qt is imported only then."""
 
-    def launch(self) -> int:
+    def launch(self, files: Sequence[Path] = (), target: Path | None = None, draft: Path | None = None,
+               new_instance: bool = False) -> int:
         from .ui.startup import launch_gui
 
-        return launch_gui()
+        return launch_gui(files=files, target=target, draft=draft, new_instance=new_instance)
 
     def self_test(self, model: Path | None, draft: Path | None) -> int:
         from .ui.selftest import run_self_test

@@ -23,7 +23,8 @@ from .output import EXIT_USAGE, error
 class AppLauncher(Protocol):
     """What the entry point provides to open the app (the CLI never imports Qt)."""
 
-    def launch(self) -> int: ...
+    def launch(self, files: Sequence[Path] = (), target: Path | None = None, draft: Path | None = None,
+               new_instance: bool = False) -> int: ...
 
     def self_test(self, model: Path | None, draft: Path | None) -> int: ...
 
@@ -50,8 +51,40 @@ def build_parser() -> Parser:
     bench.add_parsers(sub)
     doctor.add_parser(sub)
     rpc.add_parser(sub)
-    sub.add_parser("gui", help="open the app (the same as no command)")
+    gui = sub.add_parser("gui", help="open the app (the same as no command); `specdesk FILE...` is `specdesk gui FILE...`")
+    add_app_options(gui)
     return p
+
+
+def add_app_options(p: Parser) -> None:
+    """The app's own arguments: the GGUF files to open, and whether to join the running app."""
+    p.add_argument("files", nargs="*", type=Path, metavar="FILE",
+                   help="GGUF files to open: one is the target (or the app asks, when a target is loaded and it can "
+                        "draft for it); of two, the larger is the target. A split model is named by any of its parts")
+    p.add_argument("--target", type=Path, metavar="PATH", help="the target model to open")
+    p.add_argument("--draft", type=Path, metavar="PATH", help="the draft model to open")
+    p.add_argument("--new-instance", action="store_true",
+                   help="open another window beside the running app, with its own data folder, instead of handing the "
+                        "files to the app already running")
+
+
+_APP_OPTIONS = ("--target", "--draft", "--new-instance")
+
+
+def route_app_files(argv: list[str], commands: Sequence[str]) -> list[str]:
+    """``specdesk FILE...`` and ``specdesk --target PATH ...`` mean ``specdesk gui ...``:
+    the first argument after -v that is not a command but a path (an existing one, or a
+    name ending in .gguf), or one of the app's own options, starts the app's arguments."""
+    i = 0
+    while i < len(argv) and argv[i] in ("-v", "--verbose"):
+        i += 1
+    if i == len(argv):
+        return argv
+    tok = argv[i]
+    if tok.split("=", 1)[0] in _APP_OPTIONS or (
+            not tok.startswith("-") and tok not in commands and (tok.lower().endswith(".gguf") or os.path.exists(tok))):
+        return argv[:i] + ["gui"] + argv[i:]
+    return argv
 
 
 COMMANDS: dict[str, Callable[..., int]] = {
@@ -73,13 +106,15 @@ def _setup_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None, app: AppLauncher | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(route_app_files(argv, [*COMMANDS, "gui"]))
     _setup_logging(args.verbose)
     if args.self_test is not None or args.command in (None, "gui"):
         if app is None:
             return error("this command opens the app: run `specdesk` (the app's entry point) instead of `specdesk-cli`")
         if args.self_test is not None:
             return app.self_test(Path(args.self_test) if args.self_test else None, args.self_test_draft)
+        if args.command == "gui":
+            return app.launch(args.files, args.target, args.draft, args.new_instance)
         return app.launch()
     try:
         return COMMANDS[args.command](args)

@@ -48,12 +48,14 @@ from ..session.text import claim_text
 from .chat_controller import ChatController
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab
+from .drop import DropController
 from .empty_state import EmptyState
 from .latency import LatencyProbe
 from .library_tab import LibraryTab
 from .loader import LoadRequest, PairLoader
 from .model_bar import ModelBar
 from .model_catalog import ModelCatalog
+from .open_files import FileOpener
 from .references import measured_reference, remember_reference
 from .settings import ChatSettings, SettingsDialog, load_defaults, save_defaults
 from .stats_panel import StatsPanel
@@ -104,6 +106,9 @@ class MainWindow(QMainWindow):
         self._build()
         self.catalog = ModelCatalog(self.library, self._start_aux, self)
         self.catalog.pairing_checked.connect(self._pairing_checked)
+        # files from the command line, a second launch, the Finder, and drops (drop.py)
+        self.opener = FileOpener(self)
+        self.drops = DropController(self, self.opener)
         self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self, self)
         self.chats.generation_finished.connect(self.generation_finished)
         self.chats.delivered.connect(self._answer_delivered)
@@ -450,12 +455,15 @@ class MainWindow(QMainWindow):
     def open_model_dialog(self, role: str) -> None:
         start = str(self.target_path.parent) if self.target_path else str(Path.home())
         path, _ = QFileDialog.getOpenFileName(self, f"Open a {role} GGUF", start, GGUF_FILTER)
-        if not path:
-            return
-        p = Path(path)
+        if path:
+            self.open_model_file(Path(path), role)
+
+    def open_model_file(self, p: Path, role: str) -> None:
+        """Load ``p`` as the target or the draft, as picked with Open…"""
         self.catalog.remember(p)
         if role == "target":
             self.target_path = p
+            self._picked_target = None  # the file opened wins over a target chosen in the list
         else:
             self.draft_path = p
         self._refresh_model_lists()

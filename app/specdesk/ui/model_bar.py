@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, QRect, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QToolBar, QWidget
 
 #: A combo shows about this many characters of a model's name; the rest is elided
@@ -69,6 +69,28 @@ class ModelBar(QToolBar):
         self.settings_btn.setToolTip("Generation and loading settings (Ctrl+,)")
         self.settings_btn.clicked.connect(self.settings_requested)
         self.addWidget(self.settings_btn)
+
+    # -- drops (``ui.drop``): a GGUF dropped on a picker loads in that role
+
+    def drop_role_at(self, pos: QPoint) -> str | None:
+        """"target" or "draft" when ``pos`` (in the bar's coordinates) is on that picker
+        (its combo or its Open… button), else None."""
+        for role in ("target", "draft"):
+            if self.drop_rect(role).adjusted(-3, -4, 3, 4).contains(pos):
+                return role
+        return None
+
+    def show_drop_role(self, role: str | None, ok: bool = True) -> None:
+        """Mark the picker a drag would land on (green, or red when it is refused); None: neither."""
+        colour = ("#2f9e44", "#ebfbee") if ok else ("#e03131", "#fff5f5")
+        for r, combo in (("target", self.target_combo), ("draft", self.draft_combo)):
+            combo.setStyleSheet(f"QComboBox {{ border: 3px solid {colour[0]}; border-radius: 4px; background: {colour[1]}; }}"
+                                if r == role else "")
+
+    def drop_rect(self, role: str) -> QRect:
+        """The picker's area, in the bar's coordinates."""
+        combo, btn = (self.target_combo, self.open_target_btn) if role == "target" else (self.draft_combo, self.open_draft_btn)
+        return combo.geometry().united(btn.geometry())
 
     @staticmethod
     def path_of(combo: QComboBox) -> Path | None:

@@ -17,7 +17,9 @@ from .failure import report_startup_failure
 from .log import write_log
 from .preflight import data_dir_problem, platform_problem
 
-def launch_gui(argv: list[str] | None = None) -> int:
+def launch_gui(argv: list[str] | None = None, files=(), target=None, draft=None, new_instance: bool = False) -> int:
+    """The app, opening ``files`` (roles decided by the app), ``target`` and ``draft``;
+    handed to the app already running on this data folder when there is one."""
     try:
         import PySide6.QtCore  # noqa: F401
         import PySide6.QtWidgets  # noqa: F401
@@ -36,6 +38,8 @@ def launch_gui(argv: list[str] | None = None) -> int:
     install_crash_logging()
     try:
         from ..app import data_dir, run
+        from ..open_files import OpenRequest
+        from ..single_instance import InstanceUnavailable
     except ImportError as e:
         report_startup_failure(f"a required library is missing or broken: {e}", traceback.format_exc())
         return EXIT_FAILURE
@@ -49,7 +53,10 @@ def launch_gui(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     crash.set_app_started(True)
     try:
-        return run(argv)
+        return run(argv, OpenRequest.from_command_line(files, target, draft), new_instance)
+    except InstanceUnavailable as e:
+        report_startup_failure(str(e))
+        return EXIT_FAILURE
     except Exception as e:  # noqa: BLE001 - shown to the user instead of a silent exit
         report_startup_failure(f"{type(e).__name__}: {e}", traceback.format_exc())
         return EXIT_FAILURE
