@@ -110,6 +110,9 @@ class CostModel:
         """Seconds for a verify batch: measured, interpolated between measurements, or
         extrapolated past the largest one (with the measured slope, or with the low
         prior slope when ``optimistic``, which is how auto decides to try a size)."""
+        rc = self.verify.get(batch)
+        if rc is not None:
+            return rc.value
         pts = sorted((b, rc.value) for b, rc in self.verify.items())
         if not pts:
             return None
