@@ -156,7 +156,7 @@ class Estimate:
     target_alone: float | None
     target_alone_interval: tuple[float, float] | None
     arm: str = ""
-    k: int = 0
+    k: int = 0  # the draft length of this step (0: nothing drafted)
     drafting: float | None = None
     drafting_interval: tuple[float, float] | None = None
     steps: float = 0.0  # effective number of recent steps the drafting figure rests on
@@ -368,7 +368,6 @@ class AutoK:
         self._reference_t = 0  # the step of the last REFERENCE decision
         self._reference_left = 0  # REFERENCE steps still to take
         self._after_draft = False  # the draft model ran since the last target step
-        self._shown_k = 0
         self.estimate: Estimate | None = None  # replaced whole at each decision (other threads read it)
 
     def _kmax(self, source: str) -> int:
@@ -523,7 +522,6 @@ class AutoK:
 
     def decide(self, source: str, hint: int | None, limit: int) -> Decision:
         """The budget for one step and why."""
-        self._shown_k = 0
         self._judge = None
         if limit <= 0:
             return Decision(0, LAST_TOKEN, source)
@@ -557,7 +555,6 @@ class AutoK:
         if not cheaper:
             self._drafting.discard(key)
         k, est = self.estimated(key, kmax, prior)
-        self._shown_k = k
         behind = hint if model and hint and hint > 2 else 0
         if k and est * self.margin < 1.0:
             if behind and self.catch_up_price(behind) > (1.0 - est) * t[0] * min(limit, self.catch_up_horizon):
@@ -714,7 +711,7 @@ class AutoK:
                 drafting = r * t[0]
                 di = ((r - self.z_show * se) * t[0], (r + self.z_show * se) * t[0])
                 steps = self._sources[d.arm].n
-        self.estimate = Estimate(d, None if t is None else t[0], ti, d.arm, d.k or self._shown_k, drafting, di,
+        self.estimate = Estimate(d, None if t is None else t[0], ti, d.arm, d.k, drafting, di,
                                  steps, self._spent, self.allowance())
 
     # -- what carries over to the next session on the same pair ----------------

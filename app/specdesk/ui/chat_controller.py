@@ -20,6 +20,7 @@ from PySide6.QtGui import QGuiApplication
 from ..session import Generation, Session
 from ..session.chatstore import ChatStore, Message
 from ..session.fit import fit_chat
+from ..session.text import auto_estimate_text
 from ..speculative.stats import Stats
 from .chat_panel import ChatPanel, ChatSidebar
 from .chat_view import Span
@@ -78,6 +79,8 @@ class ChatController(QObject):
         self.task: Task | None = None
         self.closing = False
         self._last_mem = 0.0
+        self._last_estimate = 0.0
+        self._auto = False  # the answer running lets auto choose k
 
     # Lasts until the task's outcome has been handled on this thread, not while its
     # thread runs: a thread ends a moment before its queued result arrives.
@@ -233,6 +236,7 @@ class ChatController(QObject):
         if new_user_text is not None:
             self.view.add_message("user", new_user_text)
         self.stats.reset()
+        self._auto = cfg.k == "auto"
         self.host.show_reference()
         self.view.begin_answer()
         self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}")
@@ -248,10 +252,20 @@ class ChatController(QObject):
             return
         self.stats.update_stats(step.stats)
         now = time.monotonic()
+        if self._auto and now - self._last_estimate > 0.25:
+            self._last_estimate = now
+            self._show_estimate()
         session = self.host.session
         if session is not None and now - self._last_mem > 1.0:
             self._last_mem = now
             self.stats.set_memory(session.memory())
+
+    def _show_estimate(self) -> None:
+        """auto's current estimate and why it drafts or not (read as one object: the
+        worker replaces it whole at each step)."""
+        session = self.host.session
+        estimate = session.auto.estimate if session is not None else None
+        self.stats.set_estimate(auto_estimate_text(estimate) if estimate is not None else "")
 
     def _store_answer(self, chat_id: int, gen: Generation | None, replaces: int | None) -> str:
         """Store what the view shows of the answer; returns its text ("" when it wrote nothing)."""
@@ -281,6 +295,8 @@ class ChatController(QObject):
             return  # stored; nothing more to show
         if gen.steps:
             self.stats.update_stats(gen.stats, live=False)
+            if self._auto:
+                self._show_estimate()
         if replaces is not None and chat_id == self.chat_id:
             self.open_chat(chat_id)  # shows the new answer in place of the old one
         if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
