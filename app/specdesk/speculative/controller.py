@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .costmodel import CostModel, PositionAcceptance, RunningCost
 from .proposers.base import LOOKUP_SOURCES, MODEL_SOURCES
@@ -95,10 +95,11 @@ NO_CANDIDATE = "no candidate"  # the proposer had nothing to offer (no n-gram ma
 TARGET_ALONE = "target alone"  # no proposer
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What the controller chose for one step, and why; ``arm`` is the source's key
-    (the n-gram match bucket included) that the step's outcome is counted under."""
+    (the n-gram match bucket included) that the step's outcome is counted under. (A
+    named tuple: one is made every step, and a frozen dataclass costs several times
+    more to make.)"""
 
     k: int
     reason: str
@@ -221,11 +222,12 @@ class Outcome:
     of the tokens each step emitted (x) and what it cost (y), enough for the ratio
     y/x and its standard error (the delta method for a ratio estimator)."""
 
-    __slots__ = ("w", "w2", "x", "y", "xx", "xy", "yy", "t")
+    __slots__ = ("w", "w2", "x", "y", "xx", "xy", "yy", "t", "_memo")
 
     def __init__(self) -> None:
         self.w = self.w2 = self.x = self.y = self.xx = self.xy = self.yy = 0.0
         self.t = 0  # the controller's step count at the last update
+        self._memo: tuple | None = None  # (floor_cv, prior_steps, variance) until the next add
 
     @classmethod
     def seeded(cls, ratio: float, x_mean: float, sd: float, n: float) -> Outcome:
@@ -250,6 +252,7 @@ class Outcome:
         self.xy = self.xy * d + x * y
         self.yy = self.yy * d + y * y
         self.t = t
+        self._memo = None
 
     @property
     def n(self) -> float:
@@ -275,6 +278,9 @@ class Outcome:
         """The ratio's variance. The residual variance of a few steps is shrunk toward
         ``floor_cv`` of the mean step cost (``prior_steps`` of pseudo-weight): one step
         says nothing about the spread."""
+        m = self._memo
+        if m is not None and m[0] == floor_cv and m[1] == prior_steps:
+            return m[2]
         if self.w <= 0 or self.x <= 0:
             return math.inf
         r = self.y / self.x
@@ -284,7 +290,9 @@ class Outcome:
         extra = max(0.0, n - 1.0)
         s2 = (extra * s2 + prior_steps * prior) / (extra + prior_steps)
         xm = self.x / self.w
-        return s2 / n / (xm * xm)
+        v = s2 / n / (xm * xm)
+        self._memo = (floor_cv, prior_steps, v)
+        return v
 
     def se(self, floor_cv: float, prior_steps: float = 2.0) -> float:
         """The ratio's standard error (see :meth:`var`)."""
@@ -299,7 +307,7 @@ class _Prior:
     always right could cost, as the same share (at or above 1: no draft can pay)."""
 
     mean: list[float]
-    optimistic: list[float]
+    optimistic: list[float] | None  # computed when first needed
     bound: float
     stamp: int  # the step it was computed at
     seen: int  # the arm's drafting steps then
@@ -348,6 +356,9 @@ class AutoK:
         self._sources: dict[str, Outcome] = {}  # the judges: every drafting step of a source
         self._arms: dict[str, list[Outcome | None]] = {}  # per arm and k, catch-ups left out
         self._priors: dict[str, _Prior] = {}
+        self._versions: dict[str, int] = {}  # per arm: how many outcomes were added (for caches)
+        self._estimates: dict[str, tuple] = {}
+        self._pooled: dict[tuple[str, int, bool], tuple[float, int, float]] = {}  # (prior, arm's step) -> pooled
         self._seen: dict[str, int] = {}  # drafting steps per arm
         # the loop's time beyond its timed calls (verify, draft), per source ("" for k = 0)
         self._loop: dict[str, list[float]] = {}
@@ -362,13 +373,11 @@ class AutoK:
         self._keys: dict[tuple[str, int], str] = {}
         self._decision: Decision | None = None
         self._tcache: tuple[int, tuple[float, float] | None] = (-1, None)
-        self._judge: tuple[float, float] | None = None  # the last decision's source outcome
-        self._target_share = 0.0
         self._target_steps = 0
         self._reference_t = 0  # the step of the last REFERENCE decision
         self._reference_left = 0  # REFERENCE steps still to take
         self._after_draft = False  # the draft model ran since the last target step
-        self.estimate: Estimate | None = None  # replaced whole at each decision (other threads read it)
+        self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
 
     def _kmax(self, source: str) -> int:
         return self.k_max_ngram if source in LOOKUP_SOURCES else self.k_max
@@ -389,16 +398,17 @@ class AutoK:
 
     def target_alone(self) -> tuple[float, float] | None:
         """Target alone's seconds per token and its standard error (None before a step)."""
-        if self._tcache[0] == self._t:
-            return self._tcache[1]
+        c = self._tcache
+        if c[0] == self._t:
+            return c[1]
         o = self._target
-        t = None if o.x <= 0 else (o.mean, o.se(self.floor_cv) * self._stale(o))
+        t = None if o.x <= 0 else (o.y / o.x, o.se(self.floor_cv) * self._stale(o))
         self._tcache = (self._t, t)
         return t
 
-    def _ratio(self, o: Outcome | None, t: tuple[float, float] | None) -> tuple[float, float] | None:
-        """(ratio, its standard error); ``_target_share`` is left with the part of the
-        variance that target alone's uncertainty brings."""
+    def _ratio(self, o: Outcome | None, t: tuple[float, float] | None) -> tuple[float, float, float] | None:
+        """(ratio, its standard error, the share of its variance that target alone's
+        uncertainty brings)."""
         if o is None or o.x <= 0 or t is None or t[0] <= 0:
             return None
         r = o.mean
@@ -406,19 +416,20 @@ class AutoK:
         rel0 = t[1] / t[0]
         v0 = r * r * rel0 * rel0
         var = se * se + v0
-        self._target_share = v0 / var if var > 0 else 0.0
-        return r, math.sqrt(var)
+        return r, math.sqrt(var), (v0 / var if var > 0 else 0.0)
 
     def source_ratio(self, key: str) -> tuple[float, float] | None:
         """Drafting from a source (``key``: its name, or for lookups its match bucket, as
         :func:`source_key` writes it): its measured cost per token as a share of target
         alone's, and the standard error (both estimates' uncertainty); the judge."""
-        return self._ratio(self._sources.get(key), self.target_alone())
+        rs = self._ratio(self._sources.get(key), self.target_alone())
+        return None if rs is None else rs[:2]
 
     def arm_ratio(self, key: str, k: int) -> tuple[float, float] | None:
         """The same for one arm (a source, with its n-gram bucket) and k, catch-ups left out."""
         arms = self._arms.get(key)
-        return self._ratio(arms[k] if arms is not None and k < len(arms) else None, self.target_alone())
+        rs = self._ratio(arms[k] if arms is not None and k < len(arms) else None, self.target_alone())
+        return None if rs is None else rs[:2]
 
     def allowance(self, room: int | None = None) -> float:
         """Seconds exploring may cost so far: a share of target alone's time for the
@@ -443,38 +454,42 @@ class AutoK:
 
     def _prior(self, source: str, key: str) -> _Prior | None:
         """Refreshed every ``prior_refresh`` steps, and after every step of an arm that
-        has few (its acceptance is still being learnt)."""
+        has few (its acceptance is still being learnt); the optimistic row only when
+        an exploration asks for it."""
         p = self._priors.get(key)
         seen = self._seen.get(key, 0)
-        if p is not None and self._t - p.stamp < self.prior_refresh and (seen == p.seen or seen > 8):
+        if p is not None and self._t - p.stamp < self.prior_refresh and (seen == p.seen or seen > 4):
             return p
-        step = self.costs.verify_cost(1)
-        if step is None or step <= 0:
+        if self.costs.verify_cost(1) is None:
             return None
-        base = step + self._overhead("")
+        row, bound = self._prior_row(source, key, False)
+        p = self._priors[key] = _Prior(row, None, bound, self._t, seen)
+        return p
+
+    def _prior_row(self, source: str, key: str, optimistic: bool) -> tuple[list[float], float]:
+        base = self.costs.verify_cost(1) + self._overhead("")
         oh = self._overhead(source)
-        kmax = self._kmax(source)
         acc = self.acceptance.get(key) or PositionAcceptance()
         model = source in MODEL_SOURCES
-        rows = []
+        row = [math.inf]
         bound = math.inf
-        for optimistic in (False, True):
-            row = [math.inf]
-            e = reach = 1.0
-            for k, a in enumerate(acc.alphas(kmax, z=self.z if optimistic else 0.0), start=1):
-                reach *= a
-                e += reach
-                v = self.costs.verify_cost(k + 1, optimistic)
-                if v is None:
-                    row.append(math.inf)
-                    continue
-                cost = (v + (self.costs.draft_cost(k, optimistic) if model else 0.0) + oh) / base
-                row.append(cost / e)
-                if not optimistic:
-                    bound = min(bound, cost / (k + 1))
-            rows.append(row)
-        p = self._priors[key] = _Prior(rows[0], rows[1], bound, self._t, seen)
-        return p
+        e = reach = 1.0
+        for k, a in enumerate(acc.alphas(self._kmax(source), z=self.z if optimistic else 0.0), start=1):
+            reach *= a
+            e += reach
+            v = self.costs.verify_cost(k + 1, optimistic)
+            if v is None:
+                row.append(math.inf)
+                continue
+            cost = (v + (self.costs.draft_cost(k, optimistic) if model else 0.0) + oh) / base
+            row.append(cost / e)
+            bound = min(bound, cost / (k + 1))
+        return row, bound
+
+    def _optimistic(self, source: str, key: str, p: _Prior) -> list[float]:
+        if p.optimistic is None:
+            p.optimistic = self._prior_row(source, key, True)[0]
+        return p.optimistic
 
     def perfect_bound(self, source: str) -> float | None:
         """The best speedup over target alone a draft from ``source`` that is always
@@ -494,35 +509,54 @@ class AutoK:
         one or two every draft call evaluates."""
         return self.catch_up_seconds_per_token() * max(0, (behind or 0) - 2)
 
-    def estimated(self, key: str, kmax: int, prior: _Prior, optimistic: bool = False) -> tuple[int, float]:
+    def estimated(self, key: str, kmax: int, prior: _Prior, optimistic: bool = False,
+                  source: str = "") -> tuple[int, float]:
         """The k (1..kmax) with the lowest estimated cost per token, as a share of
         target alone's: the prior pooled with the arm's outcome where one was measured
         (with ``optimistic``, the optimistic prior and the outcome less its interval)."""
+        stamp = (self._versions.get(key, 0), kmax, optimistic)
+        hit = self._estimates.get(key)
+        if hit is not None and hit[0] is prior and hit[1] == stamp:
+            return hit[2]
+        result = self._estimate(key, kmax, self._optimistic(source or key.split(":")[0], key, prior)
+                                if optimistic else prior.mean, optimistic)
+        self._estimates[key] = (prior, stamp, result)
+        return result
+
+    def _estimate(self, key: str, kmax: int, row: list[float], optimistic: bool) -> tuple[int, float]:
         arms = self._arms.get(key)
-        row = prior.optimistic if optimistic else prior.mean
-        cv2 = self.prior_cv * self.prior_cv
+        pooled = self._pooled
         best_k, best = 0, math.inf
         for k in range(1, min(kmax, len(row) - 1) + 1):
             v = row[k]
             o = arms[k] if arms is not None and k < len(arms) else None
             if o is not None and o.x > 0:
-                r = o.y / o.x
-                var = o.var(self.floor_cv_draft)
-                if optimistic:
-                    r -= self.z_refute * math.sqrt(var)
-                if v == math.inf:
-                    v = r
-                else:  # precision-weighted
-                    wp = 1.0 / (cv2 * v * v)
-                    wo = 1.0 / var if var > 0 else 1e12
-                    v = (wp * v + wo * r) / (wp + wo)
+                hit = pooled.get((key, k, optimistic))
+                if hit is not None and hit[0] == v and hit[1] == o.t:
+                    v = hit[2]
+                else:
+                    p = v
+                    v = self._pool(o, v, optimistic)
+                    pooled[(key, k, optimistic)] = (p, o.t, v)
             if v < best:
                 best_k, best = k, v
         return best_k, best
 
+    def _pool(self, o: Outcome, v: float, optimistic: bool) -> float:
+        """An arm's outcome pooled with the prior ``v``, each weighted by its precision."""
+        r = o.y / o.x
+        var = o.var(self.floor_cv_draft)
+        if optimistic:
+            r -= self.z_refute * math.sqrt(var)
+        if v == math.inf:
+            return r
+        cv = self.prior_cv * v
+        wp = 1.0 / (cv * cv)
+        wo = 1.0 / var if var > 0 else 1e12
+        return (wp * v + wo * r) / (wp + wo)
+
     def decide(self, source: str, hint: int | None, limit: int) -> Decision:
         """The budget for one step and why."""
-        self._judge = None
         if limit <= 0:
             return Decision(0, LAST_TOKEN, source)
         self._room = limit
@@ -535,15 +569,20 @@ class AutoK:
         kmax = min(self._kmax(source), limit)
         if model and not self.costs.draft:
             kmax = min(kmax, self.first_draft_k)
-        judge = self._judge = self._ratio(self._sources.get(key), t)
+        o = self._sources.get(key)
+        judge = None
         cheaper = False
+        if o is not None and o.x > 0 and key in self._drafting and self.z_keep <= 0 and o.y < o.x:
+            cheaper = True  # drafting, and still below 1: the interval need not be looked at
+        elif o is not None:
+            judge = self._ratio(o, t)
         if judge is not None:
-            r, se = judge
+            r, se, target_share = judge
             if r - self.z_refute * se > 1.0 and self._sources[key].n >= self.min_refute_steps:
                 self._drafting.discard(key)
                 return Decision(0, DEARER, source, key)
             cheaper = r + (self.z_keep if key in self._drafting else self.z_on) * se < 1.0
-            if self._reference_left > 0 or (not cheaper and self._target_share > 0.5
+            if self._reference_left > 0 or (not cheaper and target_share > 0.5
                                             and self._t - self._reference_t >= self.first_probe_gap):
                 # undecided, mostly because target alone's cost is unsure: measure it, in
                 # two steps (the first after drafting pays for the draft's run: caches)
@@ -570,10 +609,10 @@ class AutoK:
         since = self._since_probe.get(key, 1 << 30) + 1
         self._since_probe[key] = since
         if since >= self._probe_gap.get(key, 0):
-            k, opt = self.estimated(key, kmax, prior, optimistic=True)
+            k, opt = self.estimated(key, kmax, prior, optimistic=True, source=source)
             # the longest k that may pay and that the budget affords at its worst
             while k > 0:
-                if self.estimated(key, k, prior, optimistic=True)[1] < 1.0:
+                if self.estimated(key, k, prior, optimistic=True, source=source)[1] < 1.0:
                     d = self._probe(source, key, k, behind, limit, t[0], EXPLORE)
                     if d.k:
                         self._since_probe[key] = 0
@@ -604,7 +643,7 @@ class AutoK:
     def budget(self, source: str, hint: int | None, limit: int) -> int:
         d = self.decide(source, hint, limit)
         self._decision = d
-        self._show(d)
+        self._view = (d, limit)  # one tuple, replaced whole
         return d.k
 
     def peek(self, source: str, hint: int | None, limit: int) -> int:
@@ -651,9 +690,10 @@ class AutoK:
         if k == 0:
             # target alone as it runs alone: a step right after the draft model ran pays
             # for it (its weights took the caches), which is charged to drafting
-            t = self.target_alone()
-            if self._after_draft and t is not None and not any(s in self._drafting for s in MODEL_SOURCES):
-                self._spent += max(0.0, cost.step_seconds - cost.emitted * t[0])
+            if self._after_draft and not any(s in self._drafting for s in MODEL_SOURCES):
+                t = self.target_alone()
+                if t is not None:
+                    self._spent += max(0.0, cost.step_seconds - cost.emitted * t[0])
             if not self._after_draft:
                 _add(self._target, cost.emitted, cost.step_seconds, self.decay_target, self._t, self.clip)
                 self._target_steps += 1
@@ -661,10 +701,9 @@ class AutoK:
             self._after_draft = False
             return
         self._after_draft = True
-        t = self.target_alone()
-        if t is None:
+        if self._target.x <= 0:
             return
-        c0 = t[0]
+        c0 = self._target.y / self._target.x
         self._spent += cost.step_seconds - cost.emitted * c0  # what drafting cost, or won (< 0)
         if d.reason != EXPLORE:  # the judge weighs drafting where the estimate says it pays
             judge = self._sources.get(d.arm)
@@ -679,6 +718,7 @@ class AutoK:
             if o is None:
                 o = arms[k] = Outcome()
             _add(o, cost.emitted, (cost.step_seconds - caught_up) / c0, self.decay, self._t, self.clip)
+            self._versions[d.arm] = self._versions.get(d.arm, 0) + 1
 
     def _learn_loop(self, source: str, seconds: float, timed: float) -> None:
         s = self._loop.get(source)
@@ -699,20 +739,29 @@ class AutoK:
 
     # -- what a person sees ----------------------------------------------------------------
 
-    def _show(self, d: Decision) -> None:
+    @property
+    def estimate(self) -> Estimate | None:
+        """auto's current view: its last decision and the figures behind it (None before
+        a decision). Built when read (the app reads it a few times a second), from
+        another thread too: it only reads."""
+        view = self._view
+        if view is None:
+            return None
+        d, room = view
         t = self.target_alone()
-        judge = self._judge
+        o = self._sources.get(d.arm) if d.arm else None
+        judge = self._ratio(o, t)
+        steps = o.n if o is not None else 0.0
+        spent, allowance = self._spent, self.allowance(room)
         ti = di = drafting = None
-        steps = 0.0
         if t is not None:
             ti = (t[0] - self.z_show * t[1], t[0] + self.z_show * t[1])
             if judge is not None:
-                r, se = judge
+                r, se, _ = judge
                 drafting = r * t[0]
                 di = ((r - self.z_show * se) * t[0], (r + self.z_show * se) * t[0])
-                steps = self._sources[d.arm].n
-        self.estimate = Estimate(d, None if t is None else t[0], ti, d.arm, d.k, drafting, di,
-                                 steps, self._spent, self.allowance())
+        return Estimate(d, None if t is None else t[0], ti, d.arm, d.k, drafting, di,
+                        steps if drafting is not None else 0.0, spent, allowance)
 
     # -- what carries over to the next session on the same pair ----------------
 
