@@ -183,7 +183,8 @@ _AUTO_WHY = {
 
 
 def _ms(x: float) -> str:
-    return f"{1000 * x:.1f}" if x < 1 else f"{1000 * x:.0f}"
+    ms = 1000 * x
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
 
 
 def auto_estimate_text(e: ctl.Estimate) -> str:

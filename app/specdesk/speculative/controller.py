@@ -678,6 +678,11 @@ class AutoK:
                 elif self.costs.draft_measured(cost.drafted):
                     caught_up = max(0.0, cost.draft_seconds - self.costs.draft_cost(cost.drafted))
                     self.catch_up.add(caught_up / (cost.draft_synced - 2))
+                elif self.catch_up.n:
+                    # a first draft that had to catch up: its catch-up at the measured
+                    # prefill cost, the rest is what drafting costs
+                    caught_up = min(cost.draft_seconds, self.catch_up_price(cost.draft_synced))
+                    self.costs.observe_draft(cost.drafted, cost.draft_seconds - caught_up)
             key = self._arm_key(cost.source, cost.match_length)
             self.acceptance.setdefault(key, PositionAcceptance()).record(cost.judged_drafted, cost.accepted)
             self._seen[key] = self._seen.get(key, 0) + 1
