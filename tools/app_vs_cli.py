@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The app against the CLI: the same unseen prompts and settings through
 `specdesk generate --json` and through the real app on a virtual X screen, for
-draft:auto and target alone, repeats interleaved.
+draft:auto and target alone (or other configurations), repeats interleaved.
 
     .venv/bin/python tools/app_vs_cli.py [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
         [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D]
@@ -66,7 +66,20 @@ PROMPTS = {
     ),
     "prose": "Explain in a few plain paragraphs, for someone starting a vegetable garden, why tomato plants need staking and how to do it.",
 }
-CONFIGS = {"auto": ("draft", "auto"), "none": ("none", "auto")}
+ALIASES = {"auto": "draft:auto", "none": "none"}
+
+
+def parse_config(name: str) -> tuple[str, str]:
+    """(proposer, k) of a configuration: auto (draft:auto), none, or PROPOSER:auto /
+    PROPOSER:k=N, e.g. ngram:auto, ngram:k=4, draft:k=2."""
+    name = ALIASES.get(name, name)
+    if name == "none":
+        return "none", "auto"
+    proposer, _, k = name.partition(":")
+    k = k.removeprefix("k=") or "auto"
+    if proposer not in ("draft", "ngram", "hybrid") or not (k == "auto" or k.isdigit()):
+        raise SystemExit(f"unknown configuration {name!r}: auto, none, or PROPOSER:auto / PROPOSER:k=N")
+    return proposer, k
 
 
 # -- the app, inside the virtual screen --------------------------------------------------
@@ -150,7 +163,7 @@ def run_cli(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
     cmd = [sys.executable, "-m", "specdesk", "generate", "--json", "--prompt", prompt,
            "--max-tokens", str(args.tokens), "--proposer", proposer, "--k", k,
            "--p-min", str(args.p_min), "--temp", "0", "--target", str(args.target)]
-    if args.draft and proposer != "none":
+    if args.draft and proposer in ("draft", "hybrid"):
         cmd += ["--draft", str(args.draft)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -164,7 +177,7 @@ def run_cli(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
 def run_app(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
     cfg = {"prompt": prompt, "tokens": args.tokens, "proposer": proposer, "k": k, "p_min": args.p_min,
            "threads": args.threads, "target": str(args.target),
-           "draft": str(args.draft) if args.draft and proposer != "none" else None, "timeout": args.timeout}
+           "draft": str(args.draft) if args.draft and proposer in ("draft", "hybrid") else None, "timeout": args.timeout}
     env = dict(env)
     cmd = [sys.executable, str(HERE), "--app-worker", json.dumps(cfg)]
     if args.offscreen:
@@ -200,18 +213,21 @@ def spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]"
 
 
-def ratios(rows: dict, prompt: str, repeats: int) -> dict[str, list[float]]:
-    """Per repeat, the ratios of decode tokens/s within that repeat."""
+def ratios(rows: dict, prompt: str, repeats: int, configs: list[str]) -> dict[str, list[float]]:
+    """Per repeat, the ratios of decode tokens/s within that repeat: each configuration
+    in the app against the CLI's, and against target alone in each front end."""
     def r(a, b):
         return [rows[(prompt, a, i)]["tok_s"] / rows[(prompt, b, i)]["tok_s"] for i in range(repeats)
                 if (prompt, a, i) in rows and (prompt, b, i) in rows]
 
-    return {
-        "app auto / CLI auto": r(("app", "auto"), ("cli", "auto")),
-        "app auto / app none": r(("app", "auto"), ("app", "none")),
-        "CLI auto / CLI none": r(("cli", "auto"), ("cli", "none")),
-        "app none / CLI none": r(("app", "none"), ("cli", "none")),
-    }
+    out = {}
+    for c in configs:
+        out[f"app {c} / CLI {c}"] = r(("app", c), ("cli", c))
+    for c in configs:
+        if c != "none":
+            out[f"app {c} / app none"] = r(("app", c), ("app", "none"))
+            out[f"CLI {c} / CLI none"] = r(("cli", c), ("cli", "none"))
+    return {k: v for k, v in out.items() if v}
 
 
 def load_now() -> str:
@@ -228,7 +244,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--prompts", default=",".join(PROMPTS), help=f"some of {', '.join(PROMPTS)}")
-    ap.add_argument("--configs", default="auto,none", help="some of: auto (draft:auto), none (target alone)")
+    ap.add_argument("--configs", default="auto,none",
+                    help="auto (draft:auto), none (target alone), or PROPOSER:auto / PROPOSER:k=N (e.g. ngram:auto)")
     ap.add_argument("--fronts", default="cli,app", help="some of: cli, app")
     ap.add_argument("--p-min", type=float, default=0.75)
     ap.add_argument("--threads", type=int, default=None)
@@ -243,7 +260,9 @@ def main() -> int:
     prompts = [p for p in args.prompts.split(",") if p]
     configs = [c for c in args.configs.split(",") if c]
     fronts = [f for f in args.fronts.split(",") if f]
-    bad = [p for p in prompts if p not in PROMPTS] + [c for c in configs if c not in CONFIGS]
+    for c in configs:
+        parse_config(c)
+    bad = [p for p in prompts if p not in PROMPTS]
     if bad or not set(fronts) <= {"cli", "app"}:
         raise SystemExit(f"unknown prompt, configuration or front end: {', '.join(bad) or args.fronts}")
     if "app" in fronts and not args.offscreen and shutil.which("xvfb-run") is None:
@@ -265,26 +284,26 @@ def main() -> int:
     texts: dict = {}
     for i in range(args.repeats):
         for prompt in prompts:
-            for config in configs:
-                proposer, k = CONFIGS[config]
+            for name in configs:
+                proposer, k = parse_config(name)
                 for front in (fronts if i % 2 == 0 else fronts[::-1]):
                     env = fresh_env(args, shared or new_folders(root))
                     fn = run_cli if front == "cli" else run_app
                     f = figures(fn(args, PROMPTS[prompt], proposer, k, env))
-                    rows[(prompt, (front, config), i)] = f
-                    texts.setdefault((prompt, config), {}).setdefault(front, set()).add(f.pop("text"))
+                    rows[(prompt, (front, name), i)] = f
+                    texts.setdefault((prompt, name), {}).setdefault(front, set()).add(f.pop("text"))
                     why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
                     extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
-                    print(f"repeat {i + 1} {prompt:<8} {front} {config:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
+                    print(f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
                           f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()})",
                           flush=True)
-    for (prompt, config), by_front in texts.items():
+    for (prompt, name), by_front in texts.items():
         if len({t for ts in by_front.values() for t in ts}) > 1:
-            print(f"note: {prompt} {config}: the answers differed between runs or front ends")
+            print(f"note: {prompt} {name}: the answers differed between runs or front ends")
     print(f"\nratios of decode tokens/s, median over {args.repeats} repeats [min-max], load {load_now()}:")
     summary = {}
     for prompt in prompts:
-        rs = ratios(rows, prompt, args.repeats)
+        rs = ratios(rows, prompt, args.repeats, configs)
         summary[prompt] = rs
         print(f"  {prompt}:")
         for name, xs in rs.items():
@@ -296,6 +315,7 @@ def main() -> int:
         write_json_atomic(args.json, {
             "args": {k: str(v) for k, v in vars(args).items()},
             "runs": [{"prompt": p, "front": fc[0], "config": fc[1], "repeat": i, **f} for (p, fc, i), f in rows.items()],
+            "load_end": load_now(),
             "ratios": summary,
         }, indent=1)
     return 0
