@@ -306,3 +306,30 @@ def test_the_controller_is_cheap():
     # the prior is refreshed now and then, not priced anew at every step (that would be
     # two rows of k_max verify costs a step)
     assert calls["n"] <= 2 * 160
+
+
+def test_a_few_slowed_target_steps_do_not_make_drafting_look_cheap():
+    """The first target steps run while something else takes the cores (the app's
+    start-up work, another process): ten times slower. Drafting costs 1.3 times target
+    alone per token or more. auto must not take the slowed steps for target alone's
+    cost (drafting would look three times cheaper): it never finds drafting cheaper,
+    and stops."""
+    auto = AutoK()
+    for seconds in (1.0, 0.1, 1.2, 0.1, 0.9, 0.1):
+        auto.observe(StepCost("", None, 0, 0, 0.0, seconds, emitted=1, step_seconds=seconds))
+    # the plain mean would be 0.57 s; what counts is near the 0.1 s target alone takes
+    assert auto.target_alone()[0] <= 0.125
+    loses = machine(hidden_per_token=0.2)  # at every k 1.3x or more of target alone's 0.1 s a token
+    ds = _drive(auto, loses, 60)
+    assert all(d.reason != CHEAPER for d in ds)
+    assert ds[-1].k == 0
+
+
+def test_target_alone_is_timed_again_while_drafting():
+    """Drafting pays and goes on; after stale_steps without a target step, auto times
+    target alone again (two steps), so a change of load is seen on both sides."""
+    auto = AutoK(stale_steps=64)
+    ds = _drive(auto, machine(), 200)
+    refs = [i for i, d in enumerate(ds) if d.reason == REFERENCE]
+    assert refs and refs[0] > 40
+    assert sum(1 for d in ds if d.k) > 0.9 * len(ds)  # and it costs little

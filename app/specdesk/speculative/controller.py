@@ -338,6 +338,7 @@ class AutoK:
     decay_target: float = 0.95  # target alone follows the machine's load faster
     stale_steps: float = 256.0  # an outcome measured this many steps ago counts with twice the variance
     clip: float = 4.0  # a step costing more than this many times its outcome's mean counts as that much
+    spike: float = 1.25  # a target step counts as at most this many times the fastest of the last 16
     first_steps: int = 3  # target steps measured before anything is drafted
     first_draft_k: int = 2  # the first draft of a model source, before any draft call was measured
     first_probe_gap: int = 8
@@ -377,6 +378,7 @@ class AutoK:
         self._reference_t = 0  # the step of the last REFERENCE decision
         self._reference_left = 0  # REFERENCE steps still to take
         self._after_draft = False  # the draft model ran since the last target step
+        self._recent_target: list[float] = []  # the last target steps' seconds per token
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
 
     def _kmax(self, source: str) -> int:
@@ -402,7 +404,12 @@ class AutoK:
         if c[0] == self._t:
             return c[1]
         o = self._target
-        t = None if o.x <= 0 else (o.y / o.x, o.se(self.floor_cv) * self._stale(o))
+        t = None
+        if o.x > 0:
+            mean = o.y / o.x
+            if self._recent_target:  # the slowed first steps of a session do not hold it up either
+                mean = min(mean, self.spike * min(self._recent_target))
+            t = (mean, o.se(self.floor_cv) * self._stale(o))
         self._tcache = (self._t, t)
         return t
 
@@ -467,7 +474,9 @@ class AutoK:
         return p
 
     def _prior_row(self, source: str, key: str, optimistic: bool) -> tuple[list[float], float]:
-        base = self.costs.verify_cost(1) + self._overhead("")
+        # target alone as the outcomes see it (its spikes left out), else from the costs
+        t = self.target_alone()
+        base = t[0] if t is not None else self.costs.verify_cost(1) + self._overhead("")
         oh = self._overhead(source)
         acc = self.acceptance.get(key) or PositionAcceptance()
         model = source in MODEL_SOURCES
@@ -574,6 +583,10 @@ class AutoK:
         cheaper = False
         if o is not None and o.x > 0 and key in self._drafting and self.z_keep <= 0 and o.y < o.x:
             cheaper = True  # drafting, and still below 1: the interval need not be looked at
+            if self._reference_left > 0 or self._t - self._target.t > self.stale_steps:
+                # target alone was timed long ago: time it again (two steps, the first
+                # after drafting pays for the draft's run), so the comparison stays fair
+                return self._reference(source, key)
         elif o is not None:
             judge = self._ratio(o, t)
         if judge is not None:
@@ -584,13 +597,8 @@ class AutoK:
             cheaper = r + (self.z_keep if key in self._drafting else self.z_on) * se < 1.0
             if self._reference_left > 0 or (not cheaper and target_share > 0.5
                                             and self._t - self._reference_t >= self.first_probe_gap):
-                # undecided, mostly because target alone's cost is unsure: measure it, in
-                # two steps (the first after drafting pays for the draft's run: caches)
-                if self._reference_left <= 0:
-                    self._reference_left = 2
-                self._reference_left -= 1
-                self._reference_t = self._t
-                return Decision(0, REFERENCE, source, key)
+                # undecided, mostly because target alone's cost is unsure: measure it
+                return self._reference(source, key)
         if not cheaper:
             self._drafting.discard(key)
         k, est = self.estimated(key, kmax, prior)
@@ -623,6 +631,15 @@ class AutoK:
             if opt < 1.0:
                 return Decision(0, BUDGET_SPENT, source, key)
         return Decision(0, ESTIMATED, source, key)
+
+    def _reference(self, source: str, key: str) -> Decision:
+        """Time target alone, in two steps: the first after drafting pays for the
+        draft's run (its weights took the caches) and is not counted."""
+        if self._reference_left <= 0:
+            self._reference_left = 2
+        self._reference_left -= 1
+        self._reference_t = self._t
+        return Decision(0, REFERENCE, source, key)
 
     def _probe(self, source: str, key: str, k: int, behind: int, limit: int, c0: float, why: str = PROBE) -> Decision:
         """A probe of k while the budget allows it. Where the estimate says k pays
@@ -700,15 +717,14 @@ class AutoK:
                 if t is not None:
                     self._spent += max(0.0, cost.step_seconds - cost.emitted * t[0])
             if not self._after_draft:
-                _add(self._target, cost.emitted, cost.step_seconds, self.decay_target, self._t, self.clip)
-                self._target_steps += 1
-                self._tcache = (-1, None)
+                self._observe_target(cost.step_seconds / cost.emitted)
             self._after_draft = False
             return
         self._after_draft = True
-        if self._target.x <= 0:
+        t = self.target_alone()
+        if t is None:
             return
-        c0 = self._target.y / self._target.x
+        c0 = t[0]
         self._spent += cost.step_seconds - cost.emitted * c0  # what drafting cost, or won (< 0)
         if d.reason != EXPLORE:  # the judge weighs drafting where the estimate says it pays
             judge = self._sources.get(d.arm)
@@ -724,6 +740,20 @@ class AutoK:
                 o = arms[k] = Outcome()
             _add(o, cost.emitted, (cost.step_seconds - caught_up) / c0, self.decay, self._t, self.clip)
             self._versions[d.arm] = self._versions.get(d.arm, 0) + 1
+
+    def _observe_target(self, seconds: float) -> None:
+        """A target step, as it runs alone. A step slowed by something else on the
+        machine (another process, the app's own start-up work) counts as at most
+        ``spike`` times the fastest of the last few: target alone's cost must not be
+        inflated, or drafting would look cheaper than it is."""
+        recent = self._recent_target
+        recent.append(seconds)
+        if len(recent) > 16:
+            del recent[0]
+        y = min(seconds, self.spike * min(recent))
+        self._target.add(1.0, y, self.decay_target, self._t)
+        self._target_steps += 1
+        self._tcache = (-1, None)
 
     def _learn_loop(self, source: str, seconds: float, timed: float) -> None:
         s = self._loop.get(source)
