@@ -12,11 +12,10 @@ from specdesk.speculative.controller import (
     AutoK,
     Estimate,
     FixedK,
-    Outcome,
     StepCost,
     ngram_bucket,
 )
-from specdesk.speculative.costmodel import PositionAcceptance
+from specdesk.speculative.costmodel import Outcome, PositionAcceptance
 
 
 def _step(auto: AutoK, machine, source="draft", hint=2, limit=400):

@@ -4,11 +4,15 @@ measured to pay.
 auto judges by outcomes. It keeps the realized cost per emitted token of its own
 recent steps, measured end to end: the step's whole time (propose with the draft's
 catch-up, verify, roll back, the Python around them) over the tokens the step added
-to the answer. Target alone (k = 0) is one such outcome, in seconds, shared by every
-source; drafting outcomes are kept as a ratio to target alone's cost at the moment of
-each step, so a machine that gets busier or idler moves both sides alike. There is
-one per proposer source (the judge) and one per source and k (n-gram lookups also by
-match length, since a long match predicts far better than a short one), which
+to the answer (:class:`~costmodel.Outcome`, a ratio estimator with its standard
+error). Target alone (k = 0) is one such outcome, in seconds per token, shared by
+every source and measured as it runs alone: not the step right after the draft model
+ran (which pays for the draft's run in the caches: that is charged to drafting), and a
+step slowed by something else on the machine counts as at most ``spike`` times the
+fastest recent one. Drafting outcomes are kept as a ratio to target alone's cost at
+the moment of each step, so a machine that gets busier or idler moves both sides
+alike: one per source (the judge; n-gram lookups per match-length bucket, since a
+long match predicts far better than a short one) and one per source and k, which
 corrects the prior where it was measured.
 
 The judge is a sequential test on each source, not a bandit over k. A bandit (UCB,
@@ -16,40 +20,50 @@ Thompson sampling) keeps sampling every arm that might be best, at a regret that
 grows with the answer; on most CPUs every drafting arm loses, so what exploring may
 cost must be fixed in advance, and exploring must stop as soon as the evidence says
 "loses". With both estimates' uncertainty (the ratio's standard error, target
-alone's relative one, and more the longer ago it was measured):
+alone's relative one, both growing the longer ago they were measured):
 
 - ``measured cheaper``: the source's ratio is below 1 by ``z_on`` standard errors; it
-  drafts, and goes on drafting while the ratio stays below 1;
-- ``measured dearer``: the ratio is above 1 by ``z_refute`` standard errors; the
-  source drafts no more while that holds (it is looked at again once its measurement
-  has aged enough to be unsure, within the budget);
-- in between, every drafting step is a ``probe``. Probes are bounded by a budget: their
-  excess over what target alone takes for the same tokens, a draft's catch-up and its
-  prompt prefill included (a probe's cost is charged to drafting), stays under
-  ``budget_share`` (2.5%) of the session's expected target-alone time (its tokens so
-  far and the room left in this answer). Past it: ``probe budget spent``.
+  drafts, and goes on drafting while the ratio stays below 1 (every ``stale_steps``
+  it times target alone again, two steps, so that the comparison stays current);
+- ``measured dearer``: the ratio is above 1 by ``z_refute`` standard errors, over two
+  steps at least; the source drafts no more while that holds;
+- in between it is undecided: where the estimate says a k pays it drafts it as a
+  ``probe`` (counted by the judge); where target alone's own uncertainty is most of
+  the doubt it times target alone (``measuring target alone``).
+
+Exploring is bounded by a budget: what drafting has cost beyond target alone for the
+same tokens (every drafting step, its catch-up, the first target step after it and
+the draft's prompt prefill; steps that won give it back) may not exceed
+``budget_share`` (2.5%) of the session's expected target-alone time (its tokens so
+far and the room left in this answer). A probe or exploration that would cross it
+is not made (``probe budget spent``). One exception, the entry ticket: a draft model
+never tried on this pair evaluates the prompt up front, and its first probe is not
+held back by that prefill (without which no draft could ever be tried in sync).
 
 The component cost model (:mod:`costmodel`: verify seconds per batch size, draft
-seconds per length and acceptance per position, all measured in the loop, times the
-loop's measured time over those calls) is the prior: it chooses which k to try, and
-once a (source, k) was measured, its outcome and the prior are pooled (the prior
-counts as ``prior_steps`` steps). Where the estimate says no k pays (``estimated
-dearer``), a k is still tried now and then, within the budget, while an optimistic
+seconds per length and acceptance per position, all measured in the loop, plus the
+loop's measured overhead per step beyond those calls) is the prior: it chooses which
+k to try, pooled with the (source, k) outcome wherever one was measured, each
+weighted by its precision (the prior as uncertain as ``prior_cv``). Where the
+estimate says no k pays (``estimated dearer``), a k is still tried now and then
+(``explore``, priced at its worst, not counted by the judge) while an optimistic
 acceptance and the low prior slope of batch sizes never measured leave room for a
-gain: the exploration goes where the prior is least sure, and the wait between such
-probes doubles each time (8, 16, ... 128 steps). When even a draft that is always
-right cannot pay at the loop's costs (``bound<1``), nothing is tried. The prior never
-decides that drafting pays: only the source's outcome does.
+gain: exploring goes where the prior is least sure, the longest such k the budget
+affords, and the wait between explorations doubles (8, 16, ... 128 steps). When even
+a draft that is always right cannot pay at the loop's costs (``bound<1``), nothing is
+tried. The prior never decides that drafting pays: only the source's outcome does.
 
 A draft model that sat out some steps must first catch up on every token since it
 last synced, paid once before anything is won: auto resumes only when the gain
-measured per token over the answer left outweighs it (``catch-up too dear``). The
+estimated per token over the answer left outweighs it (``catch-up too dear``). The
 first draft of a session drafts at most ``first_draft_k`` tokens: one short probe is
 the cheapest way to learn that drafting cannot pay.
 
 Every call to ``budget`` leaves a :class:`Decision` (k and why), which the decoder puts
-on the Step and in the statistics, and an :class:`Estimate` (drafting against target
-alone, per emitted token, with intervals) for the app to show.
+on the Step and in the statistics; :attr:`AutoK.estimate` gives an :class:`Estimate`
+(drafting against target alone, per emitted token, with intervals) for the app to
+show. What was measured carries over to the next session on the pair (see
+:mod:`specdesk.session.costcache`).
 """
 
 from __future__ import annotations
@@ -58,7 +72,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from .costmodel import CostModel, PositionAcceptance, RunningCost
+from .costmodel import CostModel, Outcome, PositionAcceptance, RunningCost
 from .proposers.base import LOOKUP_SOURCES, MODEL_SOURCES
 
 NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16, 32)
@@ -215,88 +229,6 @@ class FixedK:
 
     def describe(self) -> str:
         return f"k={self.k}"
-
-
-class Outcome:
-    """The realized cost of one arm over its recent steps: exponentially decayed sums
-    of the tokens each step emitted (x) and what it cost (y), enough for the ratio
-    y/x and its standard error (the delta method for a ratio estimator)."""
-
-    __slots__ = ("w", "w2", "x", "y", "xx", "xy", "yy", "t", "_memo")
-
-    def __init__(self) -> None:
-        self.w = self.w2 = self.x = self.y = self.xx = self.xy = self.yy = 0.0
-        self.t = 0  # the controller's step count at the last update
-        self._memo: tuple | None = None  # (floor_cv, prior_steps, variance) until the next add
-
-    @classmethod
-    def seeded(cls, ratio: float, x_mean: float, sd: float, n: float) -> Outcome:
-        """As if ``n`` steps of ``x_mean`` tokens had cost ``ratio`` per token, with a
-        per-step residual standard deviation ``sd``."""
-        o = cls()
-        o.w, o.w2 = n, n
-        o.x = n * x_mean
-        o.y = ratio * o.x
-        o.xx = n * x_mean * x_mean
-        o.xy = ratio * o.xx
-        o.yy = n * sd * sd + ratio * ratio * o.xx
-        return o
-
-    def add(self, x: float, y: float, decay: float, t: int) -> None:
-        d = decay
-        self.w = self.w * d + 1.0
-        self.w2 = self.w2 * d * d + 1.0
-        self.x = self.x * d + x
-        self.y = self.y * d + y
-        self.xx = self.xx * d + x * x
-        self.xy = self.xy * d + x * y
-        self.yy = self.yy * d + y * y
-        self.t = t
-        self._memo = None
-
-    @property
-    def n(self) -> float:
-        """The effective number of steps the estimate rests on."""
-        return self.w * self.w / self.w2 if self.w2 > 0 else 0.0
-
-    @property
-    def mean(self) -> float:
-        return self.y / self.x if self.x > 0 else math.inf
-
-    @property
-    def x_mean(self) -> float:
-        return self.x / self.w if self.w > 0 else 0.0
-
-    def sd(self) -> float:
-        """The per-step residual standard deviation, y - ratio * x."""
-        if self.w <= 0 or self.x <= 0:
-            return 0.0
-        r = self.y / self.x
-        return math.sqrt(max(0.0, (self.yy - 2.0 * r * self.xy + r * r * self.xx) / self.w))
-
-    def var(self, floor_cv: float, prior_steps: float = 2.0) -> float:
-        """The ratio's variance. The residual variance of a few steps is shrunk toward
-        ``floor_cv`` of the mean step cost (``prior_steps`` of pseudo-weight): one step
-        says nothing about the spread."""
-        m = self._memo
-        if m is not None and m[0] == floor_cv and m[1] == prior_steps:
-            return m[2]
-        if self.w <= 0 or self.x <= 0:
-            return math.inf
-        r = self.y / self.x
-        s2 = max(0.0, (self.yy - 2.0 * r * self.xy + r * r * self.xx) / self.w)
-        n = self.n
-        prior = (floor_cv * self.y / self.w) ** 2
-        extra = max(0.0, n - 1.0)
-        s2 = (extra * s2 + prior_steps * prior) / (extra + prior_steps)
-        xm = self.x / self.w
-        v = s2 / n / (xm * xm)
-        self._memo = (floor_cv, prior_steps, v)
-        return v
-
-    def se(self, floor_cv: float, prior_steps: float = 2.0) -> float:
-        """The ratio's standard error (see :meth:`var`)."""
-        return math.sqrt(self.var(floor_cv, prior_steps))
 
 
 @dataclass
