@@ -122,6 +122,38 @@ def test_a_catch_up_the_calibration_missed_stops_drafting():
     assert rate >= 0.97 * base
 
 
+def slowed_start(cost, steps: int, factor: float):
+    """``cost``, but the target's first ``steps`` single-token steps take ``factor``
+    times as long (the app's start-up work or another process took the cores)."""
+    seen = {"n": 0}
+
+    def run(n: int) -> float:
+        if n == 1:
+            seen["n"] += 1
+            if seen["n"] <= steps:
+                return cost(n) * factor
+        return cost(n)
+
+    return run
+
+
+def test_a_slowed_start_does_not_make_a_losing_draft_look_cheap():
+    """On this machine's costs no draft can pay; the first target steps of the answer
+    run ten times slower. Judged by those, drafting looks cheap: the component-judged
+    controller drafted every step from then on (0.81x target alone, as the app's auto
+    did in the issue: 0.78x the CLI). Now it re-times target alone as soon as a verify
+    batch seems to cost less than one step, and keeps pace."""
+    for slowed in (1, 2, 4):
+        profile = (slowed_start(CPU[0], slowed, 10.0), CPU[1])
+        _, alone, _ = simulate(profile, AutoK(), proposer="none")
+        profile = (slowed_start(CPU[0], slowed, 10.0), CPU[1])
+        _, answers, _ = simulate(profile, AutoK())
+        assert sum(s.drafted for s in answers[0]) <= 8, slowed
+        # decoding (the draft's prompt prefill, the entry ticket, is prompt time)
+        ratio = answers[0][-1].stats.tokens_per_second / alone[0][-1].stats.tokens_per_second
+        assert ratio >= 0.97, (slowed, ratio)
+
+
 def test_exploring_stays_under_its_budget():
     """Drafting loses here, and a calibration seeded an optimistic prior: every probe
     and exploration (and the draft's prompt prefill) is charged, and what auto lost to

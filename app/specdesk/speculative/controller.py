@@ -267,10 +267,10 @@ class AutoK:
     floor_cv_draft: float = 0.5
     prior_cv: float = 0.25  # the prior's own uncertainty, where it is pooled with an outcome
     decay: float = 0.97  # per step of the outcome: it follows its recent steps
-    decay_target: float = 0.95  # target alone follows the machine's load faster
+    decay_target: float = 0.95  # target alone follows the machine's load faster (per step of the session)
     stale_steps: float = 256.0  # an outcome measured this many steps ago counts with twice the variance
     clip: float = 4.0  # a step costing more than this many times its outcome's mean counts as that much
-    spike: float = 1.25  # a target step counts as at most this many times the fastest of the last 16
+    spike: float = 1.25  # a target step counts as at most this many times the fastest recent one
     first_steps: int = 3  # target steps measured before anything is drafted
     first_draft_k: int = 2  # the first draft of a model source, before any draft call was measured
     first_probe_gap: int = 8
@@ -291,7 +291,7 @@ class AutoK:
         self._priors: dict[str, _Prior] = {}
         self._versions: dict[str, int] = {}  # per arm: how many outcomes were added (for caches)
         self._estimates: dict[str, tuple] = {}
-        self._pooled: dict[tuple[str, int, bool], tuple[float, int, float]] = {}  # (prior, arm's step) -> pooled
+        self._pooled: dict[tuple[str, int, bool], tuple] = {}  # (prior, arm's and target's steps) -> pooled
         self._seen: dict[str, int] = {}  # drafting steps per arm
         # the loop's time beyond its timed calls (verify, draft), per source ("" for k = 0)
         self._loop: dict[str, list[float]] = {}
@@ -310,8 +310,10 @@ class AutoK:
         self._reference_t = 0  # the step of the last REFERENCE decision
         self._reference_left = 0  # REFERENCE steps still to take
         self._after_draft = False  # the draft model ran since the last target step
-        self._recent_target: list[float] = []  # the last target steps' seconds per token
+        self._recent_target: list[tuple[int, float]] = []  # (step, seconds per token) of recent target steps
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
+        self._pending: dict[str, list[float]] = {}  # restored outcomes, until target alone is timed
+        self._verify_seen: dict[int, int] = {}  # batch size -> the step it was last timed
 
     def _kmax(self, source: str) -> int:
         return self.k_max_ngram if source in LOOKUP_SOURCES else self.k_max
@@ -340,7 +342,7 @@ class AutoK:
         if o.x > 0:
             mean = o.y / o.x
             if self._recent_target:  # the slowed first steps of a session do not hold it up either
-                mean = min(mean, self.spike * min(self._recent_target))
+                mean = min(mean, self.spike * min(x for _, x in self._recent_target))
             t = (mean, o.se(self.floor_cv) * self._stale(o))
         self._tcache = (self._t, t)
         return t
@@ -350,8 +352,8 @@ class AutoK:
         uncertainty brings)."""
         if o is None or o.x <= 0 or t is None or t[0] <= 0:
             return None
-        r = o.mean
-        se = o.se(self.floor_cv_draft) * self._stale(o)
+        r = o.y / o.x / t[0]
+        se = o.se(self.floor_cv_draft) * self._stale(o) / t[0]
         rel0 = t[1] / t[0]
         v0 = r * r * rel0 * rel0
         var = se * se + v0
@@ -455,7 +457,7 @@ class AutoK:
         """The k (1..kmax) with the lowest estimated cost per token, as a share of
         target alone's: the prior pooled with the arm's outcome where one was measured
         (with ``optimistic``, the optimistic prior and the outcome less its interval)."""
-        stamp = (self._versions.get(key, 0), kmax, optimistic)
+        stamp = (self._versions.get(key, 0), self._target.t, kmax, optimistic)
         hit = self._estimates.get(key)
         if hit is not None and hit[0] is prior and hit[1] == stamp:
             return hit[2]
@@ -473,20 +475,23 @@ class AutoK:
             o = arms[k] if arms is not None and k < len(arms) else None
             if o is not None and o.x > 0:
                 hit = pooled.get((key, k, optimistic))
-                if hit is not None and hit[0] == v and hit[1] == o.t:
+                stamp = (o.t, self._target.t)
+                if hit is not None and hit[0] == v and hit[1] == stamp:
                     v = hit[2]
                 else:
                     p = v
                     v = self._pool(o, v, optimistic)
-                    pooled[(key, k, optimistic)] = (p, o.t, v)
+                    pooled[(key, k, optimistic)] = (p, stamp, v)
             if v < best:
                 best_k, best = k, v
         return best_k, best
 
     def _pool(self, o: Outcome, v: float, optimistic: bool) -> float:
-        """An arm's outcome pooled with the prior ``v``, each weighted by its precision."""
-        r = o.y / o.x
-        var = o.var(self.floor_cv_draft)
+        """An arm's outcome pooled with the prior ``v`` (both as shares of target
+        alone's cost), each weighted by its precision."""
+        c0 = self.target_alone()[0]
+        r = o.y / o.x / c0
+        var = o.var(self.floor_cv_draft) / (c0 * c0)
         if optimistic:
             r -= self.z_refute * math.sqrt(var)
         if v == math.inf:
@@ -506,6 +511,8 @@ class AutoK:
         prior = self._prior(source, key) if t is not None and self._target_steps >= self.first_steps else None
         if prior is None:
             return Decision(0, FIRST_STEP, source, key)
+        if self._pending:
+            self._apply_restored(t[0])
         model = source in MODEL_SOURCES
         kmax = min(self._kmax(source), limit)
         if model and not self.costs.draft:
@@ -513,9 +520,10 @@ class AutoK:
         o = self._sources.get(key)
         judge = None
         cheaper = False
-        if o is not None and o.x > 0 and key in self._drafting and self.z_keep <= 0 and o.y < o.x:
+        if o is not None and o.x > 0 and key in self._drafting and self.z_keep <= 0 and o.y < o.x * t[0]:
             cheaper = True  # drafting, and still below 1: the interval need not be looked at
-            if self._reference_left > 0 or self._t - self._target.t > self.stale_steps:
+            if self._reference_left > 0 or (self._t - self._reference_t >= self.first_probe_gap and (
+                    self._t - self._target.t > self.stale_steps or self._target_stale())):
                 # target alone was timed long ago: time it again (two steps, the first
                 # after drafting pays for the draft's run), so the comparison stays fair
                 return self._reference(source, key)
@@ -563,6 +571,17 @@ class AutoK:
             if opt < 1.0:
                 return Decision(0, BUDGET_SPENT, source, key)
         return Decision(0, ESTIMATED, source, key)
+
+    def _target_stale(self) -> bool:
+        """Target alone's step looks dearer than a verify batch measured since: a batch
+        of several tokens cannot cost less than one, so the step was timed while
+        something slowed it; time it again."""
+        one = self.costs.verify.get(1)
+        if one is None:
+            return False
+        since = self._target.t
+        seen = self._verify_seen
+        return any(b > 1 and seen.get(b, -1) > since and rc.value < 0.8 * one.value for b, rc in self.costs.verify.items())
 
     def _reference(self, source: str, key: str) -> Decision:
         """Time target alone, in two steps: the first after drafting pays for the
@@ -619,6 +638,7 @@ class AutoK:
         self._t += 1
         self._tokens += cost.emitted
         self.costs.observe_verify(cost.drafted + 1, cost.verify_seconds)
+        self._verify_seen[cost.drafted + 1] = self._t
         caught_up = 0.0
         if cost.drafted > 0:
             if cost.source in MODEL_SOURCES:
@@ -662,7 +682,7 @@ class AutoK:
             judge = self._sources.get(d.arm)
             if judge is None:
                 judge = self._sources[d.arm] = Outcome()
-            _add(judge, cost.emitted, cost.step_seconds / c0, self.decay, self._t, self.clip)
+            _add(judge, cost.emitted, cost.step_seconds, self.decay, self._t, self.clip)
         arms = self._arms.get(d.arm)
         if arms is None:
             arms = self._arms[d.arm] = [None] * (self._kmax(d.source) + 1)
@@ -670,20 +690,28 @@ class AutoK:
             o = arms[k]
             if o is None:
                 o = arms[k] = Outcome()
-            _add(o, cost.emitted, (cost.step_seconds - caught_up) / c0, self.decay, self._t, self.clip)
+            _add(o, cost.emitted, cost.step_seconds - caught_up, self.decay, self._t, self.clip)
             self._versions[d.arm] = self._versions.get(d.arm, 0) + 1
 
     def _observe_target(self, seconds: float) -> None:
         """A target step, as it runs alone. A step slowed by something else on the
         machine (another process, the app's own start-up work) counts as at most
-        ``spike`` times the fastest of the last few: target alone's cost must not be
+        ``spike`` times the fastest recent one: target alone's cost must not be
         inflated, or drafting would look cheaper than it is."""
         recent = self._recent_target
-        recent.append(seconds)
-        if len(recent) > 16:
-            del recent[0]
-        y = min(seconds, self.spike * min(recent))
-        self._target.add(1.0, y, self.decay_target, self._t)
+        recent.append((self._t, seconds))
+        while len(recent) > 16 or (len(recent) > 2 and self._t - recent[0][0] > 64):
+            del recent[0]  # the last 16 target steps, or fewer: those of the last 64 steps
+        y = min(seconds, self.spike * min(x for _, x in recent))
+        o = self._target
+        if o.x > 0 and y < 0.5 * o.y / o.x:
+            # far faster than what was counted: the earlier steps were slowed (nothing
+            # makes a step faster than its compute), start again from this one
+            self._target = o = Outcome()
+            del recent[:-1]
+        # it decays per step of the session, not per target step: timed rarely while
+        # drafting pays, its last timing counts most
+        o.add(1.0, y, self.decay_target ** max(1, min(64, self._t - o.t)), self._t)
         self._target_steps += 1
         self._tcache = (-1, None)
 
@@ -738,14 +766,17 @@ class AutoK:
         d = self.costs.to_dict()
         if self.catch_up.n:
             d["catch_up"] = [self.catch_up.value, self.catch_up.n]
-        out = {}
-        for key, o in self._sources.items():
-            if o.x > 0:
-                out[key] = _saved(o)
-        for key, arms in self._arms.items():
-            for k, o in enumerate(arms):
-                if o is not None and o.x > 0:
-                    out[f"{key}|{k}"] = _saved(o)
+        t = self.target_alone()
+        out = dict(self._pending)  # restored, never applied: kept as they came
+        if t is not None:  # as shares of target alone's cost: they hold under another load
+            c0 = t[0]
+            for key, o in self._sources.items():
+                if o.x > 0:
+                    out[key] = [o.mean / c0, o.x_mean, o.sd() / c0, o.n]
+            for key, arms in self._arms.items():
+                for k, o in enumerate(arms):
+                    if o is not None and o.x > 0:
+                        out[f"{key}|{k}"] = [o.mean / c0, o.x_mean, o.sd() / c0, o.n]
         if out:
             d["outcomes"] = out
         return d
@@ -764,34 +795,43 @@ class AutoK:
             if value >= 0 and n > 0:
                 self.catch_up = RunningCost.seeded(value, min(n, weight))
         outcomes = state.get("outcomes")
+        self._pending = {}
         if isinstance(outcomes, dict):
             for name, row in outcomes.items():
-                self._restore_outcome(name, row, weight)
+                row = self._restored(name, row, weight)
+                if row is not None:
+                    self._pending[name] = row
 
-    def _restore_outcome(self, name: object, row: object, weight: int) -> None:
+    def _restored(self, name: object, row: object, weight: int) -> list[float] | None:
+        """A saved outcome that can be used: [ratio, tokens per step, sd as a share, steps]."""
         if not isinstance(name, str) or not isinstance(row, (list, tuple)) or len(row) != 4:
-            return
+            return None
         try:
             ratio, x_mean, sd, n = (float(v) for v in row)
         except (TypeError, ValueError):
-            return
+            return None
         if not all(math.isfinite(v) for v in (ratio, x_mean, sd, n)) or min(ratio, x_mean, n) <= 0 or sd < 0:
-            return
-        o = Outcome.seeded(ratio, x_mean, sd, min(n, float(weight)))
+            return None
         key, bar, ks = name.rpartition("|")
-        if not bar:
-            if name.split(":")[0] in MODEL_SOURCES + LOOKUP_SOURCES:
-                self._sources[name] = o
-            return
-        source = key.split(":")[0]
-        if source not in MODEL_SOURCES and source not in LOOKUP_SOURCES:
-            return
-        try:
-            k = int(ks)
-        except ValueError:
-            return
-        if 1 <= k <= self._kmax(source):
-            self._arms.setdefault(key, [None] * (self._kmax(source) + 1))[k] = o
+        source = (key if bar else name).split(":")[0]
+        if source not in MODEL_SOURCES + LOOKUP_SOURCES:
+            return None
+        if bar and not (ks.isdigit() and 1 <= int(ks) <= self._kmax(source)):
+            return None
+        return [ratio, x_mean, sd, min(n, float(weight))]
+
+    def _apply_restored(self, c0: float) -> None:
+        """The restored outcomes, in seconds at this session's target-alone cost."""
+        for name, (ratio, x_mean, sd, n) in self._pending.items():
+            o = Outcome.seeded(ratio * c0, x_mean, sd * c0, n)
+            key, bar, ks = name.rpartition("|")
+            if not bar:
+                self._sources.setdefault(name, o)
+                continue
+            arms = self._arms.setdefault(key, [None] * (self._kmax(key.split(":")[0]) + 1))
+            if arms[int(ks)] is None:
+                arms[int(ks)] = o
+        self._pending = {}
 
     def describe(self) -> str:
         return "auto"
@@ -805,5 +845,3 @@ def _add(o: Outcome, x: float, y: float, decay: float, t: int, clip: float) -> N
     o.add(x, y, decay, t)
 
 
-def _saved(o: Outcome) -> list[float]:
-    return [o.mean, o.x_mean, o.sd(), o.n]
