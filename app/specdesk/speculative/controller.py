@@ -7,13 +7,18 @@ catch-up, verify, roll back, the Python around them) over the tokens the step ad
 to the answer (:class:`~costmodel.Outcome`, a ratio estimator with its standard
 error). Target alone (k = 0) is one such outcome, in seconds per token, shared by
 every source and measured as it runs alone: not the step right after the draft model
-ran (which pays for the draft's run in the caches: that is charged to drafting), and a
+ran (which pays for the draft's run in the caches: that is charged to drafting); a
 step slowed by something else on the machine counts as at most ``spike`` times the
-fastest recent one. Drafting outcomes are kept as a ratio to target alone's cost at
-the moment of each step, so a machine that gets busier or idler moves both sides
-alike: one per source (the judge; n-gram lookups per match-length bucket, since a
-long match predicts far better than a short one) and one per source and k, which
-corrects the prior where it was measured.
+fastest recent one; and whenever a verify batch timed since seems to cost less than
+one target step (impossible: the step was timed while something slowed it), or every
+``stale_steps`` while drafting pays, auto times target alone again (``measuring
+target alone``, two steps). A reference that looks too dear would make any draft look
+cheap: this is how the app's slowed first steps (its start-up work beside the first
+answer) once made auto draft a whole answer that target alone would have written
+faster. Drafting outcomes are compared with target alone's current cost: one per
+source (the judge; n-gram lookups per match-length bucket, since a long match
+predicts far better than a short one) and one per source and k, which corrects the
+prior where it was measured.
 
 The judge is a sequential test on each source, not a bandit over k. A bandit (UCB,
 Thompson sampling) keeps sampling every arm that might be best, at a regret that
@@ -23,8 +28,7 @@ cost must be fixed in advance, and exploring must stop as soon as the evidence s
 alone's relative one, both growing the longer ago they were measured):
 
 - ``measured cheaper``: the source's ratio is below 1 by ``z_on`` standard errors; it
-  drafts, and goes on drafting while the ratio stays below 1 (every ``stale_steps``
-  it times target alone again, two steps, so that the comparison stays current);
+  drafts, and goes on drafting while the ratio stays below 1;
 - ``measured dearer``: the ratio is above 1 by ``z_refute`` standard errors, over two
   steps at least; the source drafts no more while that holds;
 - in between it is undecided: where the estimate says a k pays it drafts it as a
