@@ -304,7 +304,7 @@ class AutoK:
         self._since_probe: dict[str, int] = {}
         self._t = 0  # steps observed
         self._tokens = 0  # tokens emitted in them (the session's answers)
-        self._spent = 0.0  # seconds of exploring beyond target alone
+        self._spent = 0.0  # seconds drafting cost beyond target alone (see spent)
         self._entry = 0.0  # of which the draft's first prompt prefill
         self._room = 0  # the room left in the answer at the last decision
         self._keys: dict[tuple[str, int], str] = {}
@@ -386,7 +386,8 @@ class AutoK:
 
     @property
     def spent(self) -> float:
-        """Seconds exploring cost beyond target alone (negative where probes won)."""
+        """Seconds drafting has cost beyond target alone for the same tokens this
+        session, the draft's prompt prefill included (negative where drafting won)."""
         return self._spent
 
     # -- the prior -------------------------------------------------------------------------
@@ -676,7 +677,7 @@ class AutoK:
                 self._observe_target(cost.step_seconds / cost.emitted)
             self._after_draft = False
             return
-        self._after_draft = True
+        self._after_draft = d.source in MODEL_SOURCES  # a lookup evicts nothing
         t = self.target_alone()
         if t is None:
             return
