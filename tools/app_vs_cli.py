@@ -5,7 +5,7 @@ draft:auto and target alone (or other configurations), repeats interleaved.
 
     .venv/bin/python tools/app_vs_cli.py [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
         [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D]
-        [--source DIR] [--shared-cache] [--offscreen] [--json OUT]
+        [--source DIR] [--before DIR --configs auto,auto@before,none] [--shared-cache] [--offscreen] [--json OUT]
 
 Every run is a fresh process with fresh data, cache and config folders and a fresh
 HOME (a first run on a new machine: nothing learnt before, the harshest case for
@@ -22,7 +22,9 @@ decisions; for the app also the Qt thread's CPU time during the answer.
 The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as a
 user's desktop would; ``--offscreen`` uses Qt's offscreen platform instead.
 ``--source DIR`` runs another copy of the package (its app/ folder), e.g. the code
-before a change. A tool, not a test: its figures hold only on a quiet machine.
+before a change; ``--before DIR`` with configurations named NAME@before measures the
+code before a change in the same run, interleaved, against the same target-alone runs.
+A tool, not a test: its figures hold only on a quiet machine.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ ALIASES = {"auto": "draft:auto", "none": "none"}
 
 def parse_config(name: str) -> tuple[str, str]:
     """(proposer, k) of a configuration: auto (draft:auto), none, or PROPOSER:auto /
-    PROPOSER:k=N, e.g. ngram:auto, ngram:k=4, draft:k=2."""
-    name = ALIASES.get(name, name)
+    PROPOSER:k=N, e.g. ngram:auto, ngram:k=4, draft:k=2; a tail @before runs it with
+    the --before package."""
+    name = ALIASES.get(name.removesuffix("@before"), name.removesuffix("@before"))
     if name == "none":
         return "none", "auto"
     proposer, _, k = name.partition(":")
@@ -135,11 +138,13 @@ def app_worker(cfg: dict) -> int:
 
 # -- the driver --------------------------------------------------------------------------
 
-def fresh_env(args, folders: dict) -> dict:
-    """The environment of one run: this checkout's (or --source's) package, and the
-    given data, cache and config folders and HOME."""
+def fresh_env(args, folders: dict, before: bool = False) -> dict:
+    """The environment of one run: this checkout's (or --source's, or for a
+    configuration@before --before's) package, and the given data, cache and config
+    folders and HOME."""
     env = dict(os.environ)
-    src = str(Path(args.source).resolve()) if args.source else str(REPO / "app")
+    source = args.before if before else args.source
+    src = str(Path(source).resolve()) if source else str(REPO / "app")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["HOME"] = folders["home"]
     env["SPECDESK_DATA_DIR"] = folders["data"]
@@ -227,6 +232,10 @@ def ratios(rows: dict, prompt: str, repeats: int, configs: list[str]) -> dict[st
         if c != "none":
             out[f"app {c} / app none"] = r(("app", c), ("app", "none"))
             out[f"CLI {c} / CLI none"] = r(("cli", c), ("cli", "none"))
+    for c in configs:  # the change itself, where the code before it ran too
+        if c + "@before" in configs:
+            out[f"app {c} / app {c}@before"] = r(("app", c), ("app", c + "@before"))
+            out[f"CLI {c} / CLI {c}@before"] = r(("cli", c), ("cli", c + "@before"))
     return {k: v for k, v in out.items() if v}
 
 
@@ -252,6 +261,9 @@ def main() -> int:
     ap.add_argument("--target", type=Path)
     ap.add_argument("--draft", type=Path)
     ap.add_argument("--source", type=Path, help="the package source root to run (default: this checkout's app/)")
+    ap.add_argument("--before", type=Path,
+                    help="another package source root, for the configurations named NAME@before (e.g. auto@before): "
+                         "the code before a change, measured in the same run, against the same target-alone runs")
     ap.add_argument("--shared-cache", action="store_true", help="one cache, config and HOME for all runs")
     ap.add_argument("--offscreen", action="store_true", help="Qt's offscreen platform instead of xvfb-run")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
@@ -262,6 +274,8 @@ def main() -> int:
     fronts = [f for f in args.fronts.split(",") if f]
     for c in configs:
         parse_config(c)
+        if c.endswith("@before") and args.before is None:
+            raise SystemExit(f"{c} needs --before DIR")
     bad = [p for p in prompts if p not in PROMPTS]
     if bad or not set(fronts) <= {"cli", "app"}:
         raise SystemExit(f"unknown prompt, configuration or front end: {', '.join(bad) or args.fronts}")
@@ -287,7 +301,7 @@ def main() -> int:
             for name in configs:
                 proposer, k = parse_config(name)
                 for front in (fronts if i % 2 == 0 else fronts[::-1]):
-                    env = fresh_env(args, shared or new_folders(root))
+                    env = fresh_env(args, shared or new_folders(root), before=name.endswith("@before"))
                     fn = run_cli if front == "cli" else run_app
                     f = figures(fn(args, PROMPTS[prompt], proposer, k, env))
                     rows[(prompt, (front, name), i)] = f
