@@ -204,8 +204,9 @@ def test_ngram_drafts_long_only_where_matches_are_long():
     assert auto.budget("ngram", 1, 12) == 0
     assert auto.budget("ngram", 20, 12) >= 6
     assert ngram_bucket(20) == 16 and ngram_bucket(1) == 1
-    assert auto.source_ratio("ngram:16")[0] < 0.5 and auto.source_ratio("ngram:1") is None or \
-        auto.source_ratio("ngram:1")[0] > 1
+    assert auto.source_ratio("ngram:16")[0] < 0.5
+    one = auto.source_ratio("ngram:1")
+    assert one is None or one[0] > 1  # one-token matches: never drafted, or measured dearer
 
 
 def test_an_outcome_is_a_ratio_estimator_with_its_standard_error():

@@ -191,8 +191,8 @@ def auto_estimate_text(e: ctl.Estimate) -> str:
     """auto's current estimate (a ``speculative.controller.Estimate``) in a sentence:
     drafting against target alone, per emitted token, with their intervals, and why it
     drafts or not, e.g. "auto: drafting (k=2) 46.1 ms/token (39.0–53.2) vs target alone
-    37.0 (36.1–37.9), over 3 steps: drafting was measured dearer per token, so it does not
-    draft · exploring cost 0.21 s of 0.47 s"."""
+    37.0 (36.1–37.9), over 3 recent steps: drafting was measured dearer per token, so it
+    does not draft · trying drafting cost 0.21 s of the 0.47 s allowed"."""
     d = e.decision
     why = _AUTO_WHY.get(d.reason, d.reason)
     if e.target_alone is None:
@@ -208,7 +208,7 @@ def auto_estimate_text(e: ctl.Estimate) -> str:
         text = (f"auto: {what} {_ms(e.drafting)} ms/token ({_ms(max(0.0, lo))}–{_ms(hi)}) vs {alone}, "
                 f"over {n} recent step{'s' if n > 1 else ''}: {why}")
     if e.spent > 0:
-        text += f" · exploring cost {e.spent:.2f} s of {e.allowance:.2f} s allowed"
+        text += f" · trying drafting cost {e.spent:.2f} s of the {e.allowance:.2f} s allowed"
     elif e.spent < 0:
         text += f" · drafting saved {-e.spent:.2f} s so far"
     return text + "."

@@ -370,12 +370,6 @@ class AutoK:
         rs = self._ratio(self._sources.get(key), self.target_alone())
         return None if rs is None else rs[:2]
 
-    def arm_ratio(self, key: str, k: int) -> tuple[float, float] | None:
-        """The same for one arm (a source, with its n-gram bucket) and k, catch-ups left out."""
-        arms = self._arms.get(key)
-        rs = self._ratio(arms[k] if arms is not None and k < len(arms) else None, self.target_alone())
-        return None if rs is None else rs[:2]
-
     def allowance(self, room: int | None = None) -> float:
         """Seconds exploring may cost so far: a share of target alone's time for the
         session's tokens and the room left in this answer."""
