@@ -314,6 +314,7 @@ class AutoK:
         self._reference_t = 0  # the step of the last REFERENCE decision
         self._reference_left = 0  # REFERENCE steps still to take
         self._after_draft = False  # the draft model ran since the last target step
+        self._after_prefill = False  # ... and that was the prompt's prefill
         self._recent_target: list[tuple[int, float]] = []  # (step, seconds per token) of recent target steps
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
         self._pending: dict[str, list[float]] = {}  # restored outcomes, until target alone is timed
@@ -407,9 +408,10 @@ class AutoK:
         return p
 
     def _prior_row(self, source: str, key: str, optimistic: bool) -> tuple[list[float], float]:
-        # target alone as the outcomes see it (its spikes left out), else from the costs
-        t = self.target_alone()
-        base = t[0] if t is not None else self.costs.verify_cost(1) + self._overhead("")
+        # a share of the component model's own target step: the prior is consistent in
+        # itself (if a slowed step inflates it, it errs towards trying, and the outcome,
+        # against target alone's robust cost, judges)
+        base = self.costs.verify_cost(1) + self._overhead("")
         oh = self._overhead(source)
         acc = self.acceptance.get(key) or PositionAcceptance()
         model = source in MODEL_SOURCES
@@ -666,7 +668,11 @@ class AutoK:
             if self._after_draft and not any(s in self._drafting for s in MODEL_SOURCES):
                 t = self.target_alone()
                 if t is not None:
-                    self._spent += max(0.0, cost.step_seconds - cost.emitted * t[0])
+                    excess = max(0.0, cost.step_seconds - cost.emitted * t[0])
+                    self._spent += excess
+                    if self._after_prefill:
+                        self._entry += excess  # part of the entry ticket
+            self._after_prefill = False
             if not self._after_draft:
                 self._observe_target(cost.step_seconds / cost.emitted)
             self._after_draft = False
@@ -726,7 +732,7 @@ class AutoK:
         drafting was measured cheaper, a cost of exploring."""
         if tokens > 2 and seconds >= 0:
             self.catch_up.add(seconds / tokens)
-        self._after_draft = True
+        self._after_draft = self._after_prefill = True
         if seconds > 0 and not any(s in self._drafting for s in MODEL_SOURCES):
             self._spent += seconds
             self._entry += seconds
