@@ -83,6 +83,8 @@ class TemplateRenderer:
         if self._lock.acquire(blocking=False):
             try:
                 self._ensure_started()
+            except SpecDeskError as e:
+                log.warning("%s", e)  # the first render says so again, to the user
             finally:
                 self._lock.release()
 
@@ -94,8 +96,13 @@ class TemplateRenderer:
         ours, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=serve, args=(theirs, self.memory, self.os_limit), name="specdesk-chat-template",
                            daemon=True)
-        proc.start()
-        theirs.close()
+        try:
+            proc.start()
+        except Exception as e:  # noqa: BLE001 - no process to be had (limits, a broken interpreter): one line
+            ours.close()
+            raise SpecDeskError(f"the chat template's renderer could not start: {type(e).__name__}: {e}; {HINT}") from None
+        finally:
+            theirs.close()
         self._proc, self._conn, self._hello = proc, ours, None
         self.starts += 1
         try:
