@@ -71,6 +71,16 @@ def test_a_render_past_its_deadline_is_killed_and_the_next_one_renders(renderers
     assert r.starts == 2 and r.pid != pid
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_CPU is POSIX")
+def test_the_helper_ends_itself_past_its_cpu_time(renderers):
+    # should this side not be waiting (gone, stuck), the OS still ends the render
+    r = renderers(deadline=600.0, cpu_seconds=1)
+    with pytest.raises(TemplateBudgetError, match="^the model's chat template needs more than 1 s of CPU time to render"):
+        r.render(SLOW, CHAT)
+    assert r.kills == 0  # nobody here killed it
+    assert r.render(None, CHAT) == HI
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
 def test_the_address_space_limit_stops_what_the_sandbox_cannot_see(renderers):
     # the sandbox alone builds it (in this process it would take 160 MB)

@@ -9,7 +9,9 @@ long-lived helper process, with the sandbox inside it as the first filter:
   after start-up plus :data:`MEMORY_LIMIT`, so a render that wants more gets a
   MemoryError there; where the limit is not enforced (macOS, Windows) this side
   polls the helper's resident memory instead and kills it past the same amount;
-- time: this side waits at most :data:`DEADLINE` seconds for the answer;
+- time: this side waits at most :data:`DEADLINE` seconds for the answer; and the
+  helper limits its own CPU time per render (``RLIMIT_CPU``, the deadline + 1 s), so
+  a render ends even if this side is gone;
 - cancel: this side polls ``cancel()`` while it waits.
 
 On a breach, a crash or a cancel the helper is killed and a fresh one started for
@@ -57,11 +59,14 @@ class TemplateRenderer:
     are served one at a time (a render takes milliseconds)."""
 
     def __init__(self, memory: int = MEMORY_LIMIT, deadline: float = DEADLINE, budget: Budget = DEFAULT_BUDGET,
-                 os_limit: bool = True) -> None:
+                 os_limit: bool = True, cpu_seconds: float | None = None) -> None:
         """``os_limit``: let the helper limit its address space where the OS enforces
-        it (Linux); off, the watchdog on its resident memory is the only bound."""
+        it (Linux); off, the watchdog on its resident memory is the only bound.
+        ``cpu_seconds`` (default: the deadline + 1): the CPU time after which the OS
+        ends the helper itself (SIGXCPU), should this side be gone or stuck."""
         self.memory = memory
         self.deadline = deadline
+        self.cpu_seconds = cpu_seconds
         self.budget = budget
         self.os_limit = os_limit
         self._lock = threading.Lock()
@@ -157,6 +162,7 @@ class TemplateRenderer:
             "eos_token": eos_token,
             "add_generation_prompt": add_generation_prompt,
             "budget": self.budget,
+            "cpu_seconds": self.cpu_seconds if self.cpu_seconds is not None else self.deadline + 1,
         }
         self._acquire(cancel)
         try:
@@ -223,8 +229,12 @@ class TemplateRenderer:
         try:
             reply = self._conn.recv()
         except (EOFError, OSError):
-            code = self._proc.exitcode if self._proc is not None else None
+            self._proc.join(_JOIN)
+            code = self._proc.exitcode
             self._restart()
+            if code is not None and code == -getattr(signal, "SIGXCPU", 0):
+                cpu = self.cpu_seconds if self.cpu_seconds is not None else self.deadline + 1
+                raise TemplateBudgetError(f"{cpu:g} s of CPU time") from None
             raise SpecDeskError(f"the model's chat template stopped its renderer (exit code {code}); {HINT}") from None
         return self._answer(reply)
 
@@ -261,10 +271,13 @@ def serve(conn, memory: int, os_limit: bool) -> None:
         me = psutil.Process()
         rss = me.memory_info().rss
         limited = os_limit and _limit_address_space(me.memory_info().vms + memory)
+        _set_limit("RLIMIT_CORE", 0)  # a render the OS ends leaves no core file
         conn.send({"rss": rss, "rlimit": limited})
         while True:
             try:
-                reply = _render(conn.recv())
+                request = conn.recv()
+                _limit_cpu(request["cpu_seconds"])
+                reply = _render(request)
             except (EOFError, OSError):
                 return  # the parent is gone
             except MemoryError:
@@ -293,21 +306,39 @@ def _render(request: dict) -> tuple:
         return ("error", f"the model's chat template failed: {type(e).__name__}")
 
 
+def _set_limit(name: str, soft: int) -> bool:
+    """Set this process's soft limit ``name`` (a ``resource.RLIMIT_*``), at most its
+    hard limit; False where there is no such limit (Windows)."""
+    try:
+        import resource
+
+        which = getattr(resource, name)
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+        return True
+    except (ImportError, AttributeError, ValueError, OSError):
+        return False
+
+
+def _limit_cpu(seconds: float) -> None:
+    """The OS ends this process (SIGXCPU) once this render has used ``seconds`` of
+    CPU time: a render cannot outlive its deadline by much even if the parent is gone."""
+    try:
+        import resource
+    except ImportError:
+        return
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    _set_limit("RLIMIT_CPU", int(ru.ru_utime + ru.ru_stime + seconds) + 1)
+
+
 def _limit_address_space(limit: int) -> bool:
     """Limit this process's address space to ``limit`` bytes where the OS enforces it
     (Linux); False elsewhere, and the parent's watchdog bounds the memory instead."""
     if not sys.platform.startswith("linux"):
         return False
-    try:
-        import resource
-
-        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-        return True
-    except (ImportError, ValueError, OSError):
-        return False
+    return _set_limit("RLIMIT_AS", limit)
 
 
 # --------------------------------------------------------------------------------------
