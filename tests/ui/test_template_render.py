@@ -24,24 +24,31 @@ TOO_WIDE = "{{ '%2000000000d'|format(1) }}"
 
 @pytest.fixture
 def renderer(monkeypatch):
-    """The shared renderer, with a deadline only Stop or Close can beat; if either
-    fails to end the render, the helper is killed after a while so that the test
-    fails instead of hanging (``killed_by_guard`` says so)."""
+    """The shared renderer, with a deadline only Stop or Close can beat."""
     r = shared_renderer()
     monkeypatch.setattr(r, "deadline", 600.0)
-    fired = threading.Event()
+    guards = []
 
-    def kill_helper():
-        fired.set()
-        if r.pid is not None:
-            os.kill(r.pid, signal.SIGKILL)
+    def guard(seconds: float = 60.0) -> threading.Event:
+        """Should Stop or Close fail to end the render, kill the helper after a while,
+        so that the test fails (the event is set) instead of hanging."""
+        fired = threading.Event()
 
-    guard = threading.Timer(90.0, kill_helper)
-    guard.daemon = True
-    guard.start()
-    r.killed_by_guard = fired
+        def kill_helper():
+            fired.set()
+            if r.pid is not None:
+                os.kill(r.pid, signal.SIGKILL)
+
+        timer = threading.Timer(seconds, kill_helper)
+        timer.daemon = True
+        timer.start()
+        guards.append(timer)
+        return fired
+
+    monkeypatch.setattr(r, "guard", guard, raising=False)
     yield r
-    guard.cancel()
+    for t in guards:
+        t.cancel()
 
 
 def _window(qtbot, tmp_path, smol_path, template):
@@ -61,9 +68,10 @@ def test_stop_during_a_slow_render_ends_the_answer(qtbot, tmp_path, smol_path, r
         kills = renderer.kills
         assert w.send("Say hi.")
         qtbot.waitUntil(lambda: renderer.busy, timeout=SETTLE_TIMEOUT)  # the helper is rendering
+        killed_by_guard = renderer.guard()
         w.stop_generation()
         qtbot.waitUntil(lambda: not w.generating, timeout=SETTLE_TIMEOUT)
-        assert not renderer.killed_by_guard.is_set(), "Stop did not end the render"
+        assert not killed_by_guard.is_set(), "Stop did not end the render"
         assert renderer.kills == kills + 1  # the render was cut off, not finished
         assert w.status_label.text() == "stopped"
         assert not w.error_banner.isVisible()
@@ -79,8 +87,9 @@ def test_closing_the_window_mid_render_ends_promptly(qtbot, tmp_path, smol_path,
     kills = renderer.kills
     assert w.send("Say hi.")
     qtbot.waitUntil(lambda: renderer.busy, timeout=SETTLE_TIMEOUT)
+    killed_by_guard = renderer.guard()
     w.close()  # waits for the answer's worker: it must end with the render
-    assert not renderer.killed_by_guard.is_set(), "closing waited for the render to finish"
+    assert not killed_by_guard.is_set(), "closing waited for the render to finish"
     assert renderer.kills == kills + 1
     assert w.session is None and not renderer.busy
 
