@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..engine.chat import render_chat
+from ..engine.chat_worker import render_bounded, shared_renderer
 from ..engine.context import Context
 from ..engine.devices import handles
 from ..system.memory import MemoryReport, ModelMemory, report
@@ -195,6 +195,7 @@ class Session:
         draft with another vocabulary drafts text that is re-tokenized for the target
         (``translated``) instead of being refused. ``placement`` is the target's plan
         (:func:`plan_target`, e.g. from the preflight); without one it is planned here."""
+        shared_renderer().start()  # the chat template's helper process starts while the models load
         check_model_file(target.path)
         if draft is not None:
             check_model_file(draft.path)
@@ -257,15 +258,19 @@ class Session:
 
     # -- prompts ----------------------------------------------------------------
 
-    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
-        """Tokens of a chat, formatted with the target's own chat template."""
+    def chat_prompt(self, messages: Sequence[dict], cancel: Callable[[], bool] | None = None) -> list[int]:
+        """Tokens of a chat, formatted with the target's own chat template. The
+        template is rendered in the bounded helper process (engine.chat_worker): one
+        that needs too much memory or time is stopped with a one-line
+        SpecDeskError; Cancelled when ``cancel()`` turns true during the render."""
         m = self.target.model
         vi = m.vocab_info()
-        text = render_chat(
+        text = render_bounded(
             m.chat_template(),
             messages,
             bos_token=m.token_text(vi.bos) if vi.bos >= 0 else "",
             eos_token=m.token_text(vi.eos) if vi.eos >= 0 else "",
+            cancel=cancel,
         )
         toks = m.tokenize(text, add_special=True, parse_special=True)
         if len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:

@@ -198,8 +198,9 @@ class ChatController(QObject):
         chat_id = self.chat_id
 
         def run(task: Task) -> Generation:
-            # The chat template runs here, off the UI thread (it came with the file).
-            prompt, dropped = fit_chat(s, history, cfg.max_tokens)
+            # The chat template runs here, off the UI thread, in its bounded helper process;
+            # Stop (and closing the window) cancels the render too.
+            prompt, dropped = fit_chat(s, history, cfg.max_tokens, cancel=task.is_cancelled)
             s.check_fits(prompt, cfg.max_tokens)
             task.report("started", float(dropped))
             steps = []
