@@ -7,7 +7,7 @@ For the chat templates of the real models (SmolLM2 and the Qwen target by defaul
 on chats of 1, 11 and 101 messages, it renders each chat in turn, interleaved in one
 run: in this process (the sandbox alone, compiled template reused), in this process
 compiling the template every time (as every render did before the helper), and in
-the helper process (engine.chat_worker: the sandbox inside a process that the OS
+the helper process (chat.worker: the sandbox inside a process that the OS
 bounds). Each answer the app or the CLI sends renders once (fit_chat renders again
 only to leave out turns), so the paired difference helper - in-process is the added
 cost per message. Printed: medians with their spread (p10-p90), the paired added
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from specdesk.engine import chat
-from specdesk.engine.chat_worker import TemplateRenderer
+from specdesk.chat import sandbox as chat
+from specdesk.chat.worker import TemplateRenderer
 from specdesk.library.defaults import default_models
 from specdesk.library.gguf.reader import read_gguf
 

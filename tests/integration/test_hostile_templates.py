@@ -19,7 +19,7 @@ import psutil
 import pytest
 from chat_template_gguf import chat_template_of, with_chat_template
 
-from specdesk.engine.chat import CHATML
+from specdesk.chat.sandbox import CHATML
 
 PY = sys.executable
 LIMIT_BYTES = int(1.2 * (1 << 30))

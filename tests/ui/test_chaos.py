@@ -42,7 +42,7 @@ from PySide6.QtCore import Qt, QtMsgType, QTimer, qInstallMessageHandler
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from specdesk.engine.chat import valid_roles
+from specdesk.chat.sandbox import valid_roles
 from specdesk.session import Session
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import PROPOSER_LABELS, ChatSettings, SettingsDialog

@@ -12,7 +12,7 @@ import threading
 import pytest
 from chat_template_gguf import with_chat_template
 
-from specdesk.engine.chat_worker import shared_renderer
+from specdesk.chat.worker import shared_renderer
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings
 

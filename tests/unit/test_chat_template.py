@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from specdesk.engine.chat import (
+from specdesk.chat.sandbox import (
     CHATML,
     DEFAULT_BUDGET,
     Budget,

@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from specdesk.engine.chat import CHATML, Budget, TemplateBudgetError, render_chat
-from specdesk.engine.chat_worker import TemplateRenderer
+from specdesk.chat.sandbox import CHATML, Budget, TemplateBudgetError, render_chat
+from specdesk.chat.worker import TemplateRenderer
 from specdesk.errors import Cancelled, SpecDeskError
 
 CHAT = [{"role": "user", "content": "hi"}]

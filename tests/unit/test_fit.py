@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specdesk.engine.chat import drop_oldest_turn, valid_roles
+from specdesk.chat.sandbox import drop_oldest_turn, valid_roles
 from specdesk.errors import Cancelled
 from specdesk.session.fit import fit_chat, shortenings
 

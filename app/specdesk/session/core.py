@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..engine.chat_worker import render_bounded, shared_renderer
+from ..chat.worker import render_bounded, shared_renderer
 from ..engine.context import Context
 from ..engine.devices import handles
 from ..system.memory import MemoryReport, ModelMemory, report
@@ -260,7 +260,7 @@ class Session:
 
     def chat_prompt(self, messages: Sequence[dict], cancel: Callable[[], bool] | None = None) -> list[int]:
         """Tokens of a chat, formatted with the target's own chat template. The
-        template is rendered in the bounded helper process (engine.chat_worker): one
+        template is rendered in the bounded helper process (chat.worker): one
         that needs too much memory or time is stopped with a one-line
         SpecDeskError; Cancelled when ``cancel()`` turns true during the render."""
         m = self.target.model

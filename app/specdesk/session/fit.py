@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..engine.chat import valid_roles
+from ..chat.sandbox import valid_roles
 from ..errors import Cancelled
 from .core import Session
 

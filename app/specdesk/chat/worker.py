@@ -39,7 +39,7 @@ import psutil
 
 from ..errors import Cancelled, SpecDeskError
 from ..fmt import format_bytes
-from .chat import DEFAULT_BUDGET, HINT, Budget, TemplateBudgetError, TemplateMemoryError, render_chat
+from .sandbox import DEFAULT_BUDGET, HINT, Budget, TemplateBudgetError, TemplateMemoryError, render_chat
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ operator or a ``~`` would build is estimated from its operands *before* it runs
 (characters, counting the strings inside a list, the widths of a format, the digits
 of a number) and refused over the budget, and so are the values built and the text
 written. It cannot interrupt one C-level call, and its estimates are estimates:
-:mod:`.chat_worker` renders in a helper process that the operating system bounds
+:mod:`.worker` renders in a helper process that the operating system bounds
 (memory and a deadline), with this sandbox inside it.
 
 A template over its budget stops with one line, :class:`TemplateBudgetError`:
@@ -415,7 +415,7 @@ def render_chat(
     budget: Budget = DEFAULT_BUDGET,
 ) -> str:
     """The prompt text of ``messages`` by ``template`` (ChatML when None), in this
-    process (:func:`.chat_worker.render_bounded` renders it in the bounded helper).
+    process (:func:`.worker.render_bounded` renders it in the bounded helper).
 
     Raises a one-line SpecDeskError when the template fails, raises (e.g. roles that
     do not alternate), or goes over ``budget`` (:class:`TemplateBudgetError`)."""
