@@ -104,15 +104,16 @@ def missing_parts(path: Path) -> list[Path]:
 
 
 def canonical(path: Path) -> Path:
-    """An absolute path naming the same file wherever it was reached from, for comparing
-    and remembering models: symlinks resolved -- except for a part of a split model,
-    whose folder is resolved but whose name is kept, since llama.cpp finds the other
-    parts by that name (in the Hugging Face cache each part is a link to a blob named
-    by its hash)."""
+    """One absolute path per model, wherever it was reached from, for comparing and
+    remembering models: symlinks resolved -- except for a split model, named by its
+    first part (when that is there) in a resolved folder, without resolving the file
+    itself, since llama.cpp finds the other parts by that name (in the Hugging Face
+    cache each part is a link to a blob named by its hash)."""
     path = Path(path)
     if parse_split_name(path.name) is None:
         return path.resolve()
-    return Path(os.path.realpath(path.parent)) / path.name
+    first = first_part(path)
+    return Path(os.path.realpath(path.parent)) / (first.name if first.is_file() else path.name)
 
 
 def model_size(path: Path) -> int:
