@@ -342,6 +342,16 @@ def _validate(paths: list[Path], model_file: HubModelFile) -> None:
                              f"it is split into {g.get('split.count') or 1}")
 
 
+def _check_space(parts: list[_Part], storage: Path, cache: Path, name: str) -> None:
+    """Refuse to start when the parts still to download do not fit on the disk."""
+    todo = [p for p in parts if not p.pointer.exists()]
+    needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
+    free = _free_bytes(storage)
+    if free is not None and needed > free:
+        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs "
+                            f"{format_download_size(needed)} more, {format_download_size(free)} free")
+
+
 def _discard(paths: Iterable[Path]) -> None:
     """Remove snapshot links (and the blobs they point to) that this call created."""
     for p in paths:
@@ -407,12 +417,7 @@ def download(
 
     sizes = [p.size or 0 for p in parts]
     total = sum(sizes)
-    todo = [p for p in parts if not p.pointer.exists()]
-    needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
-    free = _free_bytes(storage)
-    if free is not None and needed > free:
-        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs "
-                            f"{format_download_size(needed)} more, {format_download_size(free)} free")
+    _check_space(parts, storage, cache, name)
 
     done_before = 0
     last = [-1]
