@@ -175,10 +175,12 @@ class _Group:
 
 
 def _split_group(h: _Hit) -> _Group | None:
-    """The group of a part of a split model, keyed by its first part; None for a single file."""
+    """The group of a part of a split model, keyed by its first part; None for a single
+    file. Raises OSError when the part found is gone."""
     s = parse_split_name(h.path.name)
     if s is None or s.count < 2:
         return None
+    os.stat(h.path)
     first = h.path.with_name(s.part(1))
     parts, stats = split_parts(first), []
     for p in parts:
