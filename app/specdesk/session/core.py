@@ -22,6 +22,7 @@ from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..library.gguf import validate_gguf
+from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
@@ -37,9 +38,15 @@ HISTORY_PROMPT_TAIL = 64
 LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
 
 
-def check_model_file(path: Path) -> None:
-    """Validate a GGUF before it reaches llama.cpp (raises ModelFileError)."""
-    validate_gguf(path)
+def check_model_file(path: Path) -> Path:
+    """Validate a GGUF before it reaches llama.cpp (raises ModelFileError) and return
+    the file llama.cpp must be given: ``path`` itself, or for a split model named by
+    any of its parts, its first part (every part checked, a missing or mismatched one
+    named in one line)."""
+    g = validate_gguf(path)
+    # named from the path given (not the memoised header's, which may be another
+    # spelling of the same file): llama.cpp finds the other parts beside this one
+    return first_part(Path(path)) if split_count(g) > 1 else Path(path)
 
 
 class LoadedModel:
@@ -81,7 +88,7 @@ class LoadedModel:
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
               placement: remote.Placement | None = None) -> LoadedModel:
-    check_model_file(spec.path)
+    spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
         name = spec.path.name
@@ -196,10 +203,10 @@ class Session:
         (``translated``) instead of being refused. ``placement`` is the target's plan
         (:func:`plan_target`, e.g. from the preflight); without one it is planned here."""
         shared_renderer().start()  # the chat template's helper process starts while the models load
-        check_model_file(target.path)
+        target = replace(target, path=check_model_file(target.path))
         if draft is not None:
-            check_model_file(draft.path)
-        sizes = [target.path.stat().st_size, draft.path.stat().st_size if draft else 0]
+            draft = replace(draft, path=check_model_file(draft.path))
+        sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
         if placement is None:
             placement = plan_target(target)

@@ -9,6 +9,12 @@ checks that claim against the real loader on mutated files.
 It is linear in the header's size and memory-bounded like ``read_gguf``: long arrays
 are read lazily, except the two the checks need (the tokens, as raw bytes, and their
 types), and the token uniqueness check hashes every token once.
+
+A split model (``name-00001-of-0000N.gguf`` ...) is validated as one: named by any
+part, every part is read and the set checked as llama.cpp checks it
+(:func:`~.split.read_model`), each part's layout is checked, and the semantic checks
+run on the first part's metadata with every part's tensors (:func:`~.split.merged`),
+which is what :func:`validate_gguf` returns.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 from ...errors import Cancelled, ModelFileError
 from .arrays import StringArray, is_array
 from .header import GGUFFile, TensorInfo
-from .reader import read_gguf
+from .split import merged, read_model, split_parts
 from .rules import (
     ARCH_KEY_TYPES,
     ARCH_REQUIRED_KEYS,
@@ -60,8 +66,10 @@ _CANCEL_EVERY = 1 << 12
 class _Validator:
     """The semantic checks of ``validate_gguf`` over a parsed header."""
 
-    def __init__(self, g: GGUFFile, cancel: Cancel | None = None) -> None:
+    def __init__(self, g: GGUFFile, cancel: Cancel | None = None, parts: list[GGUFFile] | None = None) -> None:
         self.g = g
+        #: the files as they are on disk: ``[g]``, or every part of a split model
+        self.parts = parts or [g]
         self.cancel = cancel
         self.label = _label(g.path)
         self.md = g.metadata
@@ -151,51 +159,48 @@ class _Validator:
     # -- the checks -------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.check_layout()
-        self.check_nested_arrays()
-        self.check_split()
+        for part in self.parts:
+            self.check_layout(part)
+            self.check_nested_arrays(part)
         self.check_architecture()
         self.check_key_types()
         self.check_hparams()
         self.check_vocab()
         self.check_tensors()
 
-    def check_layout(self) -> None:
+    def check_layout(self, g: GGUFFile) -> None:
         """llama.cpp requires tensor data in header order, each padded to the alignment
         (gguf_init_from_file: "tensor 'x' has offset N, expected M"), and ggml requires
         memory-mapped tensor data at 32-byte aligned addresses (an assertion, i.e. a
-        crash, with general.alignment < 32).
+        crash, with general.alignment < 32). For each file (each part of a split model).
         """
-        g = self.g
+
+        def fail(problem: str) -> ModelFileError:
+            return ModelFileError(f"{_label(g.path)}: {problem}")
+
         expected = 0
         for i, t in enumerate(g.tensors):
             if i and not i % _CANCEL_EVERY:
                 self.check_cancel()
             rel = t.offset - g.data_offset
             if rel != expected:
-                raise self.fail(
+                raise fail(
                     f"tensor '{_show(t.name)}' data is at offset {_n(rel)} of the data section; llama.cpp "
                     f"requires {_n(expected)} (tensors stored in header order, padded to {g.alignment} bytes)"
                 )
             expected += (t.n_bytes + g.alignment - 1) // g.alignment * g.alignment
             if t.offset % GGML_TENSOR_ALIGNMENT:
-                raise self.fail(
+                raise fail(
                     f"tensor '{_show(t.name)}' data starts at byte {_n(t.offset)}, not a multiple of "
                     f"{GGML_TENSOR_ALIGNMENT}; llama.cpp aborts on such memory-mapped weights"
                 )
 
-    def check_nested_arrays(self) -> None:
-        """llama.cpp's GGUF reader rejects arrays of arrays ("invalid GGUF type")."""
-        for key, (vtype, etype) in self.types.items():
+    def check_nested_arrays(self, g: GGUFFile) -> None:
+        """llama.cpp's GGUF reader rejects arrays of arrays ("invalid GGUF type"), in any file."""
+        for key, (vtype, etype) in g.value_types.items():
             if vtype == VT.ARRAY and etype == VT.ARRAY:
-                raise self.fail(f"metadata key '{_show(key)}' is an array of arrays, which llama.cpp cannot read")
-
-    def check_split(self) -> None:
-        """A part of a split model cannot be loaded on its own."""
-        self.check_type("split.count", "u16")
-        count = self.md.get("split.count")
-        if isinstance(count, int) and count > 1:
-            raise self.fail(f"is one part of a model split into {count} files; merge the parts into one GGUF first")
+                raise ModelFileError(f"{_label(g.path)}: metadata key '{_show(key)}' is an array of arrays, "
+                                     "which llama.cpp cannot read")
 
     def check_architecture(self) -> None:
         """general.architecture is a string naming an architecture llama.cpp knows."""
@@ -487,8 +492,15 @@ def clear_memo() -> None:
         _memo.clear()
 
 
+def _model_key(path: Path) -> tuple | None:
+    """The memo key of the model ``path`` names: every part's (a change to any part is a
+    new model), or None when one cannot be taken."""
+    keys = tuple(_memo_key(p) for p in split_parts(path))
+    return None if any(k is None for k in keys) else keys
+
+
 def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
-    key = _memo_key(path)
+    key = _model_key(path)
     if key is not None:
         with _memo_lock:
             hit = _memo.get(key)
@@ -500,8 +512,9 @@ def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
             raise ModelFileError(hit)
     T = K.Tokenizer
     try:
-        g = read_gguf(path, lazy_arrays=True, load=(T.LIST, T.TOKEN_TYPE), cancel=cancel)
-        _Validator(g, cancel).run()
+        parts = read_model(path, load=(T.LIST, T.TOKEN_TYPE), cancel=cancel)
+        g = merged(parts)
+        _Validator(g, cancel, parts).run()
     except ModelFileError as e:
         result: GGUFFile | str = str(e)
     else:
@@ -540,8 +553,13 @@ def validate_gguf(
     hundreds of mutated files). On top of the structural checks of ``read_gguf``:
 
     * tensor data is laid out in header order, each tensor padded to the alignment
-      (llama.cpp rejects any other layout); no metadata array holds arrays; the file is
-      not one part of a split model;
+      (llama.cpp rejects any other layout); no metadata array holds arrays;
+    * a split model, named by any of its parts, has all its parts, each with the
+      split keys llama.cpp reads (``split.no`` in order, one ``split.count``, a
+      ``split.tensors.count`` that counts every part's tensors, no tensor twice) and
+      names it can follow; the checks below then see the first part's metadata and
+      every part's tensors, and so does the returned header (its ``path`` is the first
+      part, the file llama.cpp must be given);
     * ``general.architecture`` is a string naming an architecture llama.cpp knows;
     * every metadata key llama.cpp reads has the exact type it expects (uint32 block
       count, float32 rms epsilon, string array of tokens, ...); a rope scaling type is
