@@ -98,9 +98,10 @@ def main() -> int:
 
 def compare_checks(app, w, screen, wait, out: Path) -> dict[str, bool]:
     from PySide6.QtCore import QPoint, QRect
-    from PySide6.QtGui import QFontInfo
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
+
+    from specdesk.ui.fonts import draws_monospace
 
     tab = w.compare
     w.tabs.setCurrentWidget(tab)
@@ -139,7 +140,7 @@ def compare_checks(app, w, screen, wait, out: Path) -> dict[str, bool]:
         "chart on screen": on_screen(tab.chart),
         "one answer column per configuration": len(views) == tab.table.rowCount() > 0,
         "answers whole on screen": bool(views) and all(on_screen(v) for v in views),
-        "answers in monospace": bool(views) and all(QFontInfo(v.font()).fixedPitch() for v in views),
+        "answers in monospace": bool(views) and all(draws_monospace(v.font()) for v in views),
         "answers not word-wrapped": bool(views) and all(
             (v.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap) if isinstance(v, QTextEdit)
             else (v.lineWrapMode() == QPlainTextEdit.LineWrapMode.NoWrap) for v in views),

@@ -59,10 +59,12 @@ class _Report:
 
 def _isolate(tmp: Path) -> dict[str, str | None]:
     """Point every user-data location at ``tmp``; returns the old environment."""
-    saved = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR")}
+    saved = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR",
+                                            "SPECDESK_CONFIG_DIR")}
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
     os.environ["SPECDESK_DATA_DIR"] = str(tmp / "data")
     os.environ["SPECDESK_CACHE_DIR"] = str(tmp / "cache")
+    os.environ["SPECDESK_CONFIG_DIR"] = str(tmp / "config")  # create_app points QSettings there
     return saved
 
 
@@ -178,13 +180,9 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     left: Callable[[], float] = lambda: max(1.0, timeout - (time.monotonic() - t0) - 5.0)  # noqa: E731
     from .. import __version__
 
-    # -- Qt, offscreen, with the settings in the temporary folder
-    from PySide6.QtCore import QSettings, qVersion
-    from PySide6.QtWidgets import QApplication
+    # -- Qt, offscreen, with the settings in the temporary folder ($SPECDESK_CONFIG_DIR)
+    from PySide6.QtCore import qVersion
 
-    if QApplication.instance() is None:
-        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.path.join(os.environ["SPECDESK_DATA_DIR"], "settings"))
     from .app import create_app
 
     app = create_app([sys.argv[0] if sys.argv and sys.argv[0] else "specdesk"])
