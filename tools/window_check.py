@@ -36,6 +36,7 @@ def main() -> int:
     ap.add_argument("--compare", action="store_true", help="also run a small comparison and check the Compare tab")
     args = ap.parse_args()
     os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-window-"))
+    os.environ.setdefault("SPECDESK_CONFIG_DIR", tempfile.mkdtemp(prefix="specdesk-window-config-"))  # never the user's settings
 
     from PySide6.QtCore import QEventLoop, QPoint, Qt, QTimer
     from PySide6.QtTest import QTest
