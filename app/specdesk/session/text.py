@@ -26,6 +26,12 @@ PROPOSER_LABELS = {
 assert set(PROPOSER_LABELS) == set(registry.NAMES), "every proposer needs a label"
 
 
+def without_draft_text(asked: str, runs: str) -> str:
+    """Why an answer runs ``runs`` when its chat asks for ``asked``, which needs a draft
+    model that is not loaded."""
+    return f"no draft model loaded: {runs} instead of {asked}"
+
+
 def share_text(x: float) -> str:
     """A share as a percentage with the digits a small share needs: 0.40%, 5.3%, 0%."""
     if x == 0:

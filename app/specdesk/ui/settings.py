@@ -25,18 +25,18 @@ from PySide6.QtWidgets import (
 )
 
 from ..errors import SpecDeskError
-from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session import PROPOSER_CHOICES, GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
 from ..speculative.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
-PROPOSER_LABELS = {
-    "draft": "Draft model",
-    "ngram": "N-gram lookup (no draft model)",
-    "hybrid": "Hybrid (n-gram, else draft model)",
-    "none": "None (target alone)",
-}
+#: The proposers a chat chooses from (translated is what draft runs as on a pair of two
+#: vocabularies), with their labels.
+PROPOSER_LABELS = {name: text.PROPOSER_LABELS[name] for name in PROPOSER_CHOICES}
+#: What a chat whose proposer needs a draft model runs while none is loaded.
+WITHOUT_DRAFT = "ngram"
 
 # The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
 # built from it, and a stored value outside it falls back to the default (see
@@ -143,10 +143,15 @@ class ChatSettings:
                 log.warning("ignoring the stored setting %s=%s (%s); using %r", f.name, _short(d[f.name]), why, default)
         return out
 
+    def proposer_for(self, has_draft: bool) -> tuple[str, str]:
+        """The proposer an answer runs, and why it is not the chat's own ("" when it is):
+        one that needs a draft model runs n-gram lookups while none is loaded, and says so."""
+        if needs_draft_model(self.proposer) and not has_draft:
+            return WITHOUT_DRAFT, text.without_draft_text(self.proposer, WITHOUT_DRAFT)
+        return self.proposer, ""
+
     def generation_config(self, has_draft: bool) -> GenerationConfig:
-        proposer = self.proposer
-        if needs_draft_model(proposer) and not has_draft:
-            proposer = "ngram"
+        proposer, _ = self.proposer_for(has_draft)
         return GenerationConfig(
             proposer=proposer,
             k="auto" if self.auto_k else max(1, self.k),
