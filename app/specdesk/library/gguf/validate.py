@@ -26,7 +26,6 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 
 from ...errors import Cancelled, ModelFileError
 from .arrays import StringArray, is_array
@@ -47,7 +46,6 @@ from .rules import (
     RECURRENT_ARCHITECTURES,
     ROPE_SCALING_TYPES,
     SUPPORTED_ARCHITECTURES,
-    TOKEN_TYPE_BYTE,
     TOKENIZER_MODELS,
     K,
 )
@@ -56,8 +54,7 @@ from .stream import Cancel
 from .text import label as _label
 from .text import n as _n
 from .text import show as _show
-from .text import show_bytes
-from .vocab import find_duplicate_token, llama_token_text
+from .vocab_rules import Vocab, first_problem, no_vocabulary
 
 _BLK_RE = re.compile(r"^blk\.([0-9]+)\.")
 _CANCEL_EVERY = 1 << 12
@@ -113,8 +110,8 @@ class _Validator:
             return vtype == VT.ARRAY and etype == VT.FLOAT32
         if spec == "arr_i32":
             return vtype == VT.ARRAY and etype == VT.INT32
-        if spec == "arr_bytes":
-            return vtype == VT.ARRAY and etype not in (VT.STRING, VT.ARRAY)
+        if spec == "arr_u8":
+            return vtype == VT.ARRAY and etype in (VT.INT8, VT.UINT8)
         raise AssertionError(spec)
 
     _SPEC_NAMES = {
@@ -122,7 +119,7 @@ class _Validator:
         "bool": "a bool", "str": "a string", "layers": "a uint32 or an array of int32/uint32",
         "ints": "an array of int32/uint32", "arr_str": "an array of strings",
         "arr_f32": "an array of float32", "arr_i32": "an array of int32",
-        "arr_bytes": "an array of numbers",
+        "arr_u8": "an array of int8 or uint8",
     }
 
     def check_type(self, key: str, spec: str) -> None:
@@ -277,15 +274,15 @@ class _Validator:
             raise self.fail(f"{self.key(K.Rope.DIMENSION_COUNT)} is {self.n_rot} but the head size is {self.head_k} (llama.cpp: invalid n_rot)")
 
     def check_vocab(self) -> None:
-        """The tokenizer metadata llama.cpp's vocabulary loader reads (and can abort on)."""
+        """The tokenizer metadata llama.cpp's vocabulary loader reads, then the rules its
+        loader and tokenizers assume (:mod:`.vocab_rules`; breaking one aborts or hangs)."""
         T = K.Tokenizer
         model = self.require(T.MODEL, "str", " (llama.cpp needs a tokenizer)")
         if model not in TOKENIZER_MODELS:
             raise self.fail(f"unknown tokenizer model '{_show(model)}' (tokenizer.ggml.model)")
         vocab_size = self.md.get(self.key(K.LLM.VOCAB_SIZE))
         if model in ("none", "no_vocab"):
-            self.n_vocab = int(vocab_size) if vocab_size is not None else None  # type: ignore[call-overload]
-            return
+            raise self.fail(no_vocabulary(str(model)))
         tokens = self.require(T.LIST, "arr_str", " (the vocabulary)")
         assert isinstance(tokens, StringArray)  # read_gguf(load=...) keeps it raw
         n_tokens = len(tokens)
@@ -299,52 +296,12 @@ class _Validator:
             pre = self.md.get(T.PRE)
             if pre is not None and pre not in BPE_PRE_TOKENIZERS:
                 raise self.fail(f"unknown pre-tokenizer '{_show(pre)}' (tokenizer.ggml.pre)")
-        if model == "t5" and T.PRECOMPILED_CHARSMAP in self.md and len(self.md[T.PRECOMPILED_CHARSMAP]) < 4:  # type: ignore[arg-type]
-            raise self.fail(f"{T.PRECOMPILED_CHARSMAP} is too short")
-        self.check_token_texts(tokens, str(model))
-        if model == "plamo2":
-            self.check_plamo2_bytes(tokens)
-        for key in (T.BOS_ID, T.EOS_ID):
-            tid = self.md.get(key)
-            if tid is not None and tid >= n_tokens:  # type: ignore[operator]
-                raise self.fail(f"{key} is {tid} but the vocabulary has {_n(n_tokens)} tokens")
+        problem = first_problem(Vocab(str(model), self.md, tokens, self.cancel))
+        if problem is not None:
+            raise self.fail(problem)
         self.n_vocab = int(vocab_size) if vocab_size is not None else n_tokens  # type: ignore[call-overload]
         if vocab_size is not None and vocab_size != n_tokens:
             raise self.fail(f"{self.key(K.LLM.VOCAB_SIZE)} is {_n(vocab_size)} but tokenizer.ggml.tokens has {_n(n_tokens)} tokens")  # type: ignore[arg-type]
-
-    def byte_token_ids(self) -> list[int]:
-        types = self.md.get(K.Tokenizer.TOKEN_TYPE)
-        if types is None:
-            return []
-        return np.flatnonzero(np.asarray(types) == TOKEN_TYPE_BYTE).tolist()
-
-    def check_token_texts(self, tokens: StringArray, model: str) -> None:
-        """Token texts must be unique as llama.cpp sees them: it reads each as a C string
-        (cut at its first NUL byte, an empty one becomes "[EMPTY_<id>]") into its
-        token_to_id map and aborts (or, in newer versions, refuses the file) when two
-        are equal -- compared as bytes, so invalid UTF-8 counts byte for byte. Byte
-        tokens must look like <0xNN> (llama.cpp reads text[3:5])."""
-        dup = find_duplicate_token(tokens, self.cancel)
-        if dup is not None:
-            first, i, text = dup
-            raise self.fail(f"duplicate token {show_bytes(text)} (ids {first} and {i}) in tokenizer.ggml.tokens")
-        byte_ids = self.byte_token_ids()
-        if not byte_ids:
-            return
-        if model == "bert":
-            raise self.fail(f"token {byte_ids[0]} is a byte token, which a bert vocabulary cannot have")
-        if model in ("llama", "t5"):
-            for i in byte_ids:
-                text = llama_token_text(tokens.raw(i), i)
-                if len(text) < 3:
-                    raise self.fail(f"byte token {i} {show_bytes(text)} is not of the form <0xNN>")
-
-    def check_plamo2_bytes(self, tokens: StringArray) -> None:
-        """The plamo2 tokenizer needs a byte token <0x00>..<0xFF> for every byte."""
-        have = {tokens[i] for i in self.byte_token_ids()}
-        for b in range(256):
-            if f"<0x{b:02X}>" not in have:
-                raise self.fail(f"the plamo2 vocabulary has no byte token <0x{b:02X}>")
 
     def check_tensors(self) -> None:
         """The tensors llama.cpp's load_tensors creates.
@@ -512,7 +469,7 @@ def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
             raise ModelFileError(hit)
     T = K.Tokenizer
     try:
-        parts = read_model(path, load=(T.LIST, T.TOKEN_TYPE), cancel=cancel)
+        parts = read_model(path, load=(T.LIST, T.TOKEN_TYPE, T.PRECOMPILED_CHARSMAP), cancel=cancel)
         g = merged(parts)
         _Validator(g, cancel, parts).run()
     except ModelFileError as e:
@@ -572,8 +529,9 @@ def validate_gguf(
     * the tokenizer model is one llama.cpp knows; the tokens exist, are unique as
       llama.cpp compares them (raw bytes up to the first NUL; llama.cpp aborts on
       duplicates) and scores/token types have one entry per token; a BPE vocabulary
-      has merges and a known pre-tokenizer; byte tokens look like <0xNN>; bos/eos ids
-      are inside the vocabulary; ``{arch}.vocab_size`` matches;
+      has merges and a known pre-tokenizer; ``{arch}.vocab_size`` matches; and every
+      rule of :mod:`.vocab_rules` (the ones llama.cpp's vocabulary loader and
+      tokenizers assume: special-token ids, byte tokens, the charsmap, ...) holds;
     * ``token_embd.weight`` exists with shape {embedding_length, n_vocab}; output.weight
       matches the vocabulary; the blk.N indices are exactly 0..block_count-1; for llama
       and qwen2 the exact tensor set and shapes llama.cpp creates, and nothing else;
