@@ -22,7 +22,15 @@ from hostile_gguf import sentencepiece_charsmap, xcda_blob, xcda_leaf  # noqa: E
 
 from specdesk.library.gguf import StringArray  # noqa: E402
 from specdesk.library.gguf.vocab import TokenScan, resolve_specials  # noqa: E402
-from specdesk.library.gguf.vocab_rules import first_bad_codepoint, rwkv_unescape, xcda_problem  # noqa: E402
+from specdesk.library.gguf.vocab import llama_token_text  # noqa: E402
+from specdesk.library.gguf.vocab_rules import (  # noqa: E402
+    Vocab,
+    _beyond_unicode_ids,
+    _rwkv_single_bytes,
+    first_bad_codepoint,
+    rwkv_unescape,
+    xcda_problem,
+)
 
 # --------------------------------------------------------------------------------------
 # The charsmap walk
@@ -184,6 +192,35 @@ def test_first_bad_codepoint(text, cpt):
 ])
 def test_rwkv_unescape(escaped, raw):
     assert rwkv_unescape(escaped) == raw
+
+
+def random_tokens(rng: random.Random, n: int, alphabet: bytes, max_len: int) -> list[bytes]:
+    return [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, max_len))) for _ in range(n)]
+
+
+def test_vectorised_rwkv_unescape_agrees_with_the_transcription():
+    rng = random.Random(7)
+    alphabet = b"\\\\xxtnr0123456789abcdefAF g\xff\x00"
+    toks = random_tokens(rng, 3000, alphabet, 7)
+    scan = Vocab("rwkv", {}, StringArray.from_raw(toks)).scan
+    for length in range(1, 8):
+        ids, rows = scan.texts_of_length(length)
+        got = _rwkv_single_bytes(rows).tolist()
+        want = []
+        for i in ids.tolist():
+            raw = rwkv_unescape(llama_token_text(toks[i], i))
+            want.append(raw[0] if len(raw) == 1 else -1)
+        assert got == want, length
+
+
+def test_vectorised_codepoint_scan_agrees_with_the_decoder():
+    rng = random.Random(11)
+    alphabet = bytes([0x41, 0x00, 0x80, 0x80, 0x8F, 0x90, 0x90, 0xBF, 0xBF, 0xC3, 0xE2, 0xF0, 0xF4, 0xF4, 0xF5, 0xF7, 0xF8])
+    toks = random_tokens(rng, 5000, alphabet, 8)
+    v = Vocab("gpt2", {}, StringArray.from_raw(toks))
+    want = [i for i, t in enumerate(toks) if first_bad_codepoint(llama_token_text(t, i)) is not None]
+    assert 50 < len(want) < 4900  # both kinds are well represented
+    assert _beyond_unicode_ids(v).tolist() == want
 
 
 # --------------------------------------------------------------------------------------
