@@ -28,6 +28,7 @@ from pathlib import Path
 
 
 from ...errors import Cancelled, ModelFileError
+from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
 from .header import GGUFFile, TensorInfo
 from .split import merged, read_model, split_parts
@@ -257,8 +258,8 @@ class _Validator:
         if n_head0 > 0:
             if key_len is None and self.n_embd % n_head0:
                 raise self.fail(f"{head_key} ({n_head0}) does not divide the embedding length ({self.n_embd})")
-            self.head_k = int(key_len) if key_len is not None else self.n_embd // n_head0  # type: ignore[call-overload]
-            self.head_v = int(val_len) if val_len is not None else self.n_embd // n_head0  # type: ignore[call-overload]
+            self.head_k, self.head_v = head_dims(self.n_embd, n_head0, None if key_len is None else int(key_len),  # type: ignore[call-overload]
+                                                 None if val_len is None else int(val_len))  # type: ignore[call-overload]
             if self.head_k < 1 or self.head_v < 1:
                 raise self.fail("attention key/value length is 0")
         for il, (h, hkv) in enumerate(zip(self.n_head, self.n_head_kv)):
