@@ -275,6 +275,8 @@ class GenerationQueue:
 
     def _end(self, ticket: Ticket, state: str, reason: str | None) -> None:
         with self._cond:
+            if ticket._t_end is not None:
+                return  # forsaken earlier, and its thread came back after all
             ticket.state = state
             ticket.stop_reason = reason
             ticket._t_end = time.monotonic()
@@ -291,6 +293,20 @@ class GenerationQueue:
         """Wait until nothing runs or waits; True if so within ``timeout`` seconds."""
         with self._cond:
             return self._cond.wait_for(lambda: self._running is None and not self._waiting, timeout)
+
+    def forsake_running(self, why: str) -> Ticket | None:
+        """The running generation's thread will never come back (parked inside llama.cpp
+        on a lost RPC server): give its place up, so the next ticket can run on
+        another pair. Returns the forsaken ticket."""
+        with self._cond:
+            t, self._running = self._running, None
+            if t is not None:
+                t.cancel_reason = t.cancel_reason or why
+                t.error = why
+            self._cond.notify_all()
+        if t is not None:
+            self._end(t, FAILED, "error")
+        return t
 
     def cancel_all(self, keep: Callable[[Ticket], bool] | None = None, reason: str = "the server stopped") -> None:
         """Cancel every waiting and running ticket (but those ``keep`` keeps)."""
