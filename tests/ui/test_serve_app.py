@@ -102,7 +102,7 @@ def test_serve_lists_requests_shows_their_statistics_and_queues_the_chat(qtbot, 
         with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT) as done:
             assert w.send("Say hello.")
             qtbot.waitUntil(lambda: "queued" in w.run_info.text(), timeout=30_000)
-            assert "1 request" in w.run_info.text() and "queued" in w.status_label.text()
+            assert w.run_info.text() == "queued behind 1 request" and "queued" in w.status_label.text()
             assert not w.chat_view.live_text  # nothing generated for it yet
             holder.hang_up.set()
         gen = done.args[0]

@@ -9,7 +9,15 @@ speed."""
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from .generation import Outcome
 from .queue import GenerationQueue
@@ -22,12 +30,13 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, queue: GenerationQueue) -> None:
+        disable_created_metrics()  # no *_created series next to every counter: they all start with the server
         self.registry = r = CollectorRegistry(auto_describe=True)
         p = PREFIX
         self.http = Counter(p + "http_requests", "HTTP responses by path and status code", ["path", "status"], registry=r)
         self.requests = Counter(p + "requests", "Generation requests by endpoint and outcome "
                                 "(finished, cancelled, failed, rejected: the queue was full)", ["endpoint", "outcome"], registry=r)
-        self.prompt_tokens = Counter(p + "prompt_tokens", "Prompt tokens of finished requests", registry=r)
+        self.prompt_tokens = Counter(p + "prompt_tokens", "Prompt tokens of the requests that ran", registry=r)
         self.prompt_evaluated = Counter(p + "prompt_evaluated_tokens", "Prompt tokens the target evaluated "
                                         "(the rest were reused from the previous request)", registry=r)
         self.generated = Counter(p + "generation_tokens", "Tokens generated", registry=r)

@@ -246,6 +246,7 @@ class ServeController(QObject):
         elif event in ("started", "finished") and self._chat_waiting is t:
             self._chat_waiting = None
             self.chat_panel.run_info.setText(self._run_info)
+            self.chat_panel.run_info.setToolTip("")
             self.chat_panel.run_info.setStyleSheet("color:#868e96;")
             if event == "started":
                 self.host.set_status("")
@@ -261,11 +262,12 @@ class ServeController(QObject):
         ahead = self.queue.position(t)
         if not ahead:
             return
-        text = (f"queued: the answer waits for {ahead} request{'s' if ahead > 1 else ''} the server is answering "
-                "(Stop leaves the line)")
-        self.chat_panel.run_info.setText(text)
+        requests = f"{ahead} request{'s' if ahead > 1 else ''}"
+        self.chat_panel.run_info.setText(f"queued behind {requests}")
+        self.chat_panel.run_info.setToolTip("The pair answers one request at a time: this answer starts when the "
+                                            "requests ahead of it end. Stop takes it out of the line.")
         self.chat_panel.run_info.setStyleSheet("color:#e8590c; font-weight: 600;")
-        self.host.set_status(text)
+        self.host.set_status(f"queued: the answer waits for {requests} the server is answering (Stop leaves the line)")
 
 
 def _start_server(session: Session, queue: GenerationQueue, s: ServeSettings, cfg: GenerationConfig):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -82,6 +82,10 @@ class ServeTab(QWidget):
         super().__init__(parent)
         self.setObjectName("serveTab")
         self._rows: dict[int, int] = {}  # ticket id -> row
+        self._waiting: dict[int, object] = {}  # tickets in line: their wait is shown growing
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._refresh_waiting)
         self._refused = 0
         lay = QVBoxLayout(self)
 
@@ -215,7 +219,23 @@ class ServeTab(QWidget):
             if row is None:
                 row = self._rows[t.id] = self._new_row()
             self._fill(row, t, t.state)
+            if t.state == "queued":
+                self._waiting[t.id] = t
+            else:
+                self._waiting.pop(t.id, None)
+        if self._waiting and not self._tick.isActive():
+            self._tick.start()
         self._summarise()
+
+    def _refresh_waiting(self) -> None:
+        for tid, t in list(self._waiting.items()):
+            row = self._rows.get(tid)
+            if row is None or t.state != "queued":
+                self._waiting.pop(tid, None)
+                continue
+            self._fill(row, t, t.state)
+        if not self._waiting:
+            self._tick.stop()
 
     def _new_row(self) -> int:
         if self.table.rowCount() >= MAX_ROWS:
