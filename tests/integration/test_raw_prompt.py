@@ -27,7 +27,7 @@ def test_raw_chatml_tokenizes_as_the_chat_path(smol_session):
 def test_generate_raw_json_says_how_many_tokens_the_prompt_became(smol_session, smol_path, tmp_path):
     def prompt_tokens(*extra) -> int:
         r = subprocess.run([PY, "-m", "specdesk", "generate", "--target", str(smol_path), "--proposer", "none", "--ctx", "256",
-                            "--threads", "2", "--max-tokens", "1", "--json", "--prompt", CHATML, *extra],
+                            "--threads", "1", "--max-tokens", "1", "--json", "--prompt", CHATML, *extra],
                            capture_output=True, text=True, timeout=300, env=isolated_env(tmp_path))
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)["prompt_tokens"]

@@ -18,7 +18,7 @@ QUESTION = "Name three colours."
 
 @pytest.fixture(scope="module")
 def model_args(smol_path, smol_draft_path):
-    return ["--target", smol_path, "--draft", smol_draft_path, "--ctx", "1024", "--threads", "2", "--k", "3"]
+    return ["--target", smol_path, "--draft", smol_draft_path, "--ctx", "1024", "--threads", "1", "--k", "3"]
 
 
 @pytest.fixture(scope="module")

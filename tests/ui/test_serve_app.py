@@ -78,8 +78,9 @@ class Holder(threading.Thread):
 
 def test_serve_lists_requests_shows_their_statistics_and_queues_the_chat(qtbot, window, smol_path, smol_draft_path):
     w = window
+    # one thread: on a machine shared with other work, llama.cpp's threads would wait on each other
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=16, n_ctx=1024, threads=1))
     load(qtbot, w, smol_path, smol_draft_path)
-    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=16))
     client = serve(qtbot, w)
     assert w.serve.toggle.isChecked() and w.serve.url in w.serve_tab.endpoint.text()
     assert not w.compare.run_btn.isEnabled()  # the pair is the server's while it serves
@@ -145,6 +146,7 @@ def test_serve_needs_a_pair_and_a_free_port(qtbot, window, smol_path):
     w = window
     w.serve_tab.switch.click()
     assert "Load a pair first" in w.error_banner.text() and not w.serve.serving and not w.serve_tab.switch.isChecked()
+    w.apply_settings(ChatSettings(n_ctx=512, threads=1))
     load(qtbot, w, smol_path, None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

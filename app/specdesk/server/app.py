@@ -230,9 +230,13 @@ async def _answer(app: FastAPI, request: Request, kind: str, body, prompt: list[
     def ended(o: Outcome) -> None:
         metrics.observe(kind, o)
 
-    run = Run(queue, session, ticket, prompt, config, stop_strings(body), on_end=ended)
-    answer = Answer(kind, model_id(session), config, session.draft.name if session.draft else None, session.translated)
-    run.start()
+    try:
+        run = Run(queue, session, ticket, prompt, config, stop_strings(body), on_end=ended)
+        answer = Answer(kind, model_id(session), config, session.draft.name if session.draft else None, session.translated)
+        run.start()
+    except BaseException:
+        ticket.cancel("not started")  # its place goes back at once: the line never waits for it
+        raise
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(_stream(run, answer, usage), sep="\n", ping=15)

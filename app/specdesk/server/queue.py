@@ -77,11 +77,17 @@ class Ticket:
     _t_end: float | None = field(default=None, repr=False)
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Leave the line, or stop at the next step boundary when running."""
-        with self.queue._cond:
+        """Leave the line at once, or stop at the next step boundary when running."""
+        q = self.queue
+        with q._cond:
             if self.cancel_reason is None:
                 self.cancel_reason = reason
-            self.queue._cond.notify_all()
+            waiting = self in q._waiting
+            if waiting:
+                q._waiting.remove(self)
+            q._cond.notify_all()
+        if waiting:
+            q._end(self, CANCELLED, "cancelled")
 
     @property
     def cancelled(self) -> bool:
@@ -111,6 +117,8 @@ class Ticket:
             "kind": self.kind,
             "state": self.state,
             "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
             "queue_ms": round(1000 * self.queue_seconds, 3),
             "run_ms": None if self.run_seconds is None else round(1000 * self.run_seconds, 3),
             "prompt_tokens": self.prompt_tokens,
