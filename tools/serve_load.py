@@ -55,6 +55,8 @@ class Result:
     queue_ms: float | None = None
     decode_tps: float | None = None
     acceptance: float | None = None
+    prompt_ms: float | None = None
+    decode_ms: float | None = None
 
 
 def one_request(c: openai.OpenAI, model: str, client: int, index: int, max_tokens: int, temperature: float) -> Result:
@@ -79,7 +81,8 @@ def one_request(c: openai.OpenAI, model: str, client: int, index: int, max_token
     t = (final or {}).get("timings", {})
     s = (final or {}).get("speculation", {})
     return Result(client, index, "ok", time.perf_counter() - t0, ttft, usage.completion_tokens if usage else 0,
-                  t.get("queue_ms"), t.get("predicted_per_second"), s.get("acceptance_rate"))
+                  t.get("queue_ms"), t.get("predicted_per_second"), s.get("acceptance_rate"), t.get("prompt_ms"),
+                  t.get("predicted_ms"))
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -148,6 +151,10 @@ def report(results: list[Result], wall: float, before: int | None, after: int | 
         "queue_wait_s": {"p50": pct(waits, 0.5), "p95": pct(waits, 0.95), "max": max(waits, default=None)},
         "decode_tokens_per_s": {"p50": median_speed, "min": min(speeds, default=None), "max": max(speeds, default=None)},
         "throughput_over_median_decode": throughput / median_speed if throughput and median_speed else None,
+        # how the wall time went: the pair evaluating prompts, decoding, or neither (HTTP, templates, hand-over)
+        "busy_share": {"prompt": sum(r.prompt_ms or 0 for r in ok) / 1000 / wall if wall > 0 else None,
+                       "decode": sum(r.decode_ms or 0 for r in ok) / 1000 / wall if wall > 0 else None},
+        "acceptance": {"p50": pct([r.acceptance for r in ok if r.acceptance is not None], 0.5)},
         "server_rss_bytes": {"before": before, "after": after, "delta": after - before if before and after else None},
         "results": [asdict(r) for r in results],
     }
@@ -169,6 +176,11 @@ def print_report(o: dict) -> None:
     d = o["decode_tokens_per_s"]
     print(f"decode per request p50 {fmt(d['p50'], '{:.1f}')} tokens/s (min {fmt(d['min'], '{:.1f}')}, max {fmt(d['max'], '{:.1f}')}); "
           f"throughput / median decode = {fmt(o['throughput_over_median_decode'])}")
+    b = o["busy_share"]
+    if b["prompt"] is not None:
+        print(f"wall time         prompts {100 * b['prompt']:.0f}%, decoding {100 * b['decode']:.0f}%, "
+              f"neither {100 * max(0.0, 1 - b['prompt'] - b['decode']):.0f}% (HTTP, chat templates, hand-over between requests); "
+              f"acceptance p50 {fmt(o['acceptance']['p50'], '{:.2f}')}")
     if r["before"] is not None:
         print(f"server RSS        {r['before'] / mib:.0f} MiB before, {r['after'] / mib:.0f} MiB after "
               f"({(r['delta'] or 0) / mib:+.1f} MiB)")

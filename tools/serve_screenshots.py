@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Screenshots of serving from the app, as a person sees it (run under a virtual screen):
 
-    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python tools/serve_screenshots.py [--test-model] [OUT_DIR]
-    xvfb-run -s "-screen 0 1920x1080x24" .venv/bin/python tools/serve_screenshots.py [--test-model] [OUT_DIR]
+    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python tools/serve_screenshots.py [--test-model] [--one-thread] [OUT_DIR]
+    xvfb-run -s "-screen 0 1920x1080x24" .venv/bin/python tools/serve_screenshots.py [--test-model] [--one-thread] [OUT_DIR]
 
 The window opens as it does for a user (fitted to the screen), loads the default pair
 (or SmolLM2 with ``--test-model``) with draft:k=3, switches Serve on, answers two requests from the
@@ -23,6 +23,9 @@ from pathlib import Path
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 TEST_MODEL = "--test-model" in sys.argv
+#: --one-thread: llama.cpp on one thread (on a machine shared with other work, two threads wait on each other)
+THREADS = 1 if "--one-thread" in sys.argv else 0
+SETTINGS = dict(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=96, threads=THREADS)
 OUT = Path(args[0] if args else Path(__file__).resolve().parent.parent / "assets" / "screenshots")
 OUT.mkdir(parents=True, exist_ok=True)
 os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
@@ -91,7 +94,6 @@ def main() -> int:
             print("load failed:", w.error_banner.text(), flush=True)
             app.exit(1)
             return
-        w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=96))
         w.serve_tab.port.setValue(free_port())
         w.tabs.setCurrentWidget(w.serve_tab)
         w.serve_tab.switch.click()
@@ -108,6 +110,9 @@ def main() -> int:
         poll(lambda: "queued" in w.run_info.text(), queued)
 
     def queued() -> None:
+        QTimer.singleShot(600, queued_shot)  # the side panel repaints at a bounded rate
+
+    def queued_shot() -> None:
         shot(w, f"serve-chat-queued-{SIZE}.png")
         w.tabs.setCurrentWidget(w.serve_tab)
         QTimer.singleShot(1500, served)
@@ -127,6 +132,7 @@ def main() -> int:
         else:
             QTimer.singleShot(every, lambda: poll(cond, then, every))
 
+    w.apply_settings(ChatSettings(**SETTINGS))
     w.models_changed.connect(loaded)
     if TEST_MODEL:
         smol = default_models(["test"])[0].path

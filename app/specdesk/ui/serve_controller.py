@@ -74,6 +74,7 @@ class ServeController(QObject):
         self._stopping: Task | None = None
         self._row_shown: dict[int, float] = {}
         self._chat_waiting: Ticket | None = None
+        self._trace: list = []  # the running request's statistics, step by step (to show them again)
         self._run_info = ""
         self.toggle = QAction("Serve", self)
         self.toggle.setObjectName("serveToggle")
@@ -222,17 +223,20 @@ class ServeController(QObject):
             return
         now = time.monotonic()
         if event == "step":
+            self._trace.append(step.stats)
             self.stats.update_stats(step.stats)
             if now - self._row_shown.get(t.id, 0.0) < ROW_EVERY_S:
                 return
         self._row_shown[t.id] = now
         self.tab.show_ticket(t)
         if event == "started":
+            self._trace = []
             self.stats.reset()
             self.host.show_reference()
             self.source.setText(f"Statistics of request #{t.id} from {t.client} ({t.config.describe() if t.config else ''})")
             self.source.setVisible(True)
         elif event == "finished":
+            self._trace = []
             self._row_shown.pop(t.id, None)
             if t.stats is not None and self.source.isVisible():
                 self.stats.update_stats(t.stats, live=False)
@@ -243,6 +247,10 @@ class ServeController(QObject):
             self._chat_waiting = t
             self._run_info = self.chat_panel.run_info.text()
             self._show_chat_wait()
+            if self._trace:  # the chat cleared the panel for its answer: the running request's figures come back
+                self.stats.reset()
+                for st in self._trace:
+                    self.stats.update_stats(st)
         elif event in ("started", "finished") and self._chat_waiting is t:
             self._chat_waiting = None
             self.chat_panel.run_info.setText(self._run_info)

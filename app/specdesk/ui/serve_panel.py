@@ -254,10 +254,10 @@ class ServeTab(QWidget):
             {"chat": "chat", "completion": "completion", "app": "this app"}.get(t.kind, t.kind),
             STATE_WORDS.get(state, state) + (f" ({t.cancel_reason})" if state == "cancelled" and t.cancel_reason else ""),
             str(t.prompt_tokens),
-            str(st.generated) if st else "–",
+            str(st.generated) if st else "-",
             format_num(speed, "{:.1f}"),
-            format_pct(st.acceptance_rate) if st else "–",
-            f"{t.queue_seconds:.1f} s" if state != "rejected" else "–",
+            format_pct(st.acceptance_rate) if st else "-",
+            f"{t.queue_seconds:.1f} s" if state != "rejected" else "-",
         ]
         for col, text in enumerate(cells):
             item = self.table.item(row, col)
