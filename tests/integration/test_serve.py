@@ -174,3 +174,9 @@ def test_metrics_parse_and_count_the_requests(server, client, served_id):
     assert after[("specdesk_queue_depth", ())] == 0 and after[("specdesk_requests_running", ())] == 0
     assert after[("specdesk_queue_capacity", ())] == 8
     assert after[("specdesk_decode_tokens_per_second", ())] > 0
+
+
+def test_sampling_fields_a_random_seed_and_max_completion_tokens(client, served_id):
+    r = ask(client, served_id, temperature=0.8, top_p=0.9, seed=-1, max_tokens=None, max_completion_tokens=5,
+            extra_body={"top_k": 20, "min_p": 0.05})
+    assert r.usage.completion_tokens <= 5 and r.choices[0].finish_reason in ("length", "stop")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+import secrets
+from dataclasses import dataclass, field, replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -211,9 +212,9 @@ def _config(app: FastAPI, body, prompt: list[int], what: str) -> GenerationConfi
         raise APIError(400, str(e)) from None
     seed = d.seed if body.seed is None else body.seed
     if seed < 0:
-        seed = None  # as llama.cpp: a negative seed draws a random one
-    return GenerationConfig(proposer=d.proposer, k=d.k, p_min=d.p_min, sampling=sampling, seed=seed,
-                            max_tokens=max_tokens, history=d.history)
+        seed = secrets.randbits(63)  # as llama.cpp: a negative seed (-1) draws a random one
+    # the server's defaults (proposer, k, p_min, ...) with the request's sampling, seed and length
+    return replace(d, sampling=sampling, seed=seed, max_tokens=max_tokens)
 
 
 async def _answer(app: FastAPI, request: Request, kind: str, body, prompt: list[int], what: str):
