@@ -15,7 +15,7 @@ from typing import Callable, Protocol, Sequence
 
 from .. import __version__
 from ..errors import SpecDeskError
-from . import bench, doctor, generate, models, rpc
+from . import bench, doctor, generate, models, rpc, serve
 from .args import Parser, add_generation_options, add_model_options
 from .output import EXIT_USAGE, error
 
@@ -51,6 +51,7 @@ def build_parser() -> Parser:
     bench.add_parsers(sub)
     doctor.add_parser(sub)
     rpc.add_parser(sub)
+    serve.add_parser(sub)
     gui = sub.add_parser("gui", help="open the app (the same as no command); `specdesk FILE...` is `specdesk gui FILE...`")
     add_app_options(gui)
     return p
@@ -95,6 +96,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "advise": bench.cmd_advise,
     "doctor": doctor.cmd_doctor,
     "rpc-server": rpc.cmd_rpc_server,
+    "serve": serve.cmd_serve,
 }
 
 

@@ -279,13 +279,18 @@ class Session:
             eos_token=m.token_text(vi.eos) if vi.eos >= 0 else "",
             cancel=cancel,
         )
-        toks = m.tokenize(text, add_special=True, parse_special=True)
-        if len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:
-            toks = toks[1:]  # the template already wrote BOS
-        return toks
+        return self.raw_prompt(text)
 
-    def raw_prompt(self, text: str) -> list[int]:
-        return self.target.model.tokenize(text, add_special=True, parse_special=False)
+    def raw_prompt(self, text: str, parse_special: bool = True) -> list[int]:
+        """Tokens of a plain prompt. As llama.cpp's tools (llama-server, llama-cli)
+        do, special tokens written in the text (``<|im_start|>``) become those tokens,
+        so a hand-written chat prompt tokenizes as the chat template's would; with
+        ``parse_special=False`` the text is only text (``<``, ``|``, ``im``, ...)."""
+        vi = self.target.model.vocab_info()
+        toks = self.target.model.tokenize(text, add_special=True, parse_special=parse_special)
+        if parse_special and len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:
+            toks = toks[1:]  # the text already began with BOS
+        return toks
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.target.model.detokenize(list(tokens))

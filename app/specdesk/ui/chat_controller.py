@@ -78,6 +78,9 @@ class ChatController(QObject):
         self.task: Task | None = None
         self.closing = False
         self._last_mem = 0.0
+        #: how an answer's steps are made (on its worker): the window routes them through
+        #: the queue it shares with the requests it serves (ServeController.chat_steps)
+        self.steps_of = lambda s, prompt, cfg, cancel: s.generate(prompt, cfg, cancel=cancel)
 
     # Lasts until the task's outcome has been handled on this thread, not while its
     # thread runs: a thread ends a moment before its queued result arrives.
@@ -196,6 +199,7 @@ class ChatController(QObject):
         s = self.host.session
         cfg = self.host.settings.generation_config(has_draft=s.draft is not None)
         chat_id = self.chat_id
+        steps_of = self.steps_of
 
         def run(task: Task) -> Generation:
             # The chat template runs here, off the UI thread, in its bounded helper process;
@@ -204,7 +208,7 @@ class ChatController(QObject):
             s.check_fits(prompt, cfg.max_tokens)
             task.report("started", float(dropped))
             steps = []
-            for step in s.generate(prompt, cfg, cancel=task.is_cancelled):
+            for step in steps_of(s, prompt, cfg, task.is_cancelled):
                 steps.append(step)
                 task.emit_step(step)
             return Generation(steps=steps, config=cfg, prompt=prompt)

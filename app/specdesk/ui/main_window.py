@@ -57,6 +57,8 @@ from .model_bar import ModelBar
 from .model_catalog import ModelCatalog
 from .open_files import FileOpener
 from .references import measured_reference, remember_reference
+from .serve_controller import ServeController
+from .serve_panel import ServeTab
 from .settings import ChatSettings, SettingsDialog, load_defaults, save_defaults
 from .stats_panel import StatsPanel
 from .tasks import Task, running_tasks
@@ -116,6 +118,12 @@ class MainWindow(QMainWindow):
         self.chats.settings_opened.connect(self._chat_settings)
         self.chats.ended.connect(self._generation_ended)
         self.sidebar.chat_chosen.connect(self.chats.chosen)
+        # serving: the requests and the chat answers share one queue over the pair
+        self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
+        self.chats.steps_of = self.serve.chat_steps
+        self.serve.changed.connect(self._update_state)
+        self.models_changed.connect(self.serve.session_changed)
+        self.model_bar.insertAction(self.stats_toggle, self.serve.toggle)
         self._fit_to_screen()
         self.chats.select_or_create()
         self._refresh_model_lists()
@@ -195,6 +203,8 @@ class MainWindow(QMainWindow):
         self.library.use_as_target.connect(lambda p: self._use_from_library(p, "target"))
         self.library.use_as_draft.connect(lambda p: self._use_from_library(p, "draft"))
         self.tabs.addTab(self.library, "Library")
+        self.serve_tab = ServeTab()
+        self.tabs.addTab(self.serve_tab, "Serve")
 
         # -- right: statistics, scrolling, and hidden with the model bar's toggle
         self.stats = StatsPanel()
@@ -329,7 +339,7 @@ class MainWindow(QMainWindow):
         busy = self.generating or comparing
         ready = loaded and not busy and not loading
         self.pages.setCurrentIndex(1 if loaded or self._has_messages() else 0)
-        self.compare.set_enabled_for(loaded and not loading, self.generating)
+        self.compare.set_enabled_for(loaded and not loading, self.generating or self.serve.serving)
         self.send_btn.setEnabled(ready)
         self.input.setEnabled(True)
         self.stop_btn.setEnabled(busy)
@@ -373,7 +383,8 @@ class MainWindow(QMainWindow):
     def _show_side_panels(self) -> None:
         chat = self.tabs.currentIndex() == 0
         self.sidebar.setVisible(chat)
-        self.stats_scroll.setVisible(chat and self.stats_toggle.isChecked())
+        live = chat or self.tabs.currentWidget() is self.serve_tab  # a served request's statistics show there too
+        self.stats_scroll.setVisible(live and self.stats_toggle.isChecked())
 
     def _idle(self, text: str = "") -> None:
         self.status_label.setText(text)
@@ -650,6 +661,12 @@ class MainWindow(QMainWindow):
     def busy_elsewhere(self) -> bool:
         return self.compare.running or self.loading
 
+    def can_serve(self) -> str | None:
+        """Why the Serve switch cannot start now (the pair is shared with Compare)."""
+        if self.compare.running:
+            return "Stop the comparison first: it needs the pair to itself."
+        return "Wait for the models to load." if self.loading else None
+
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
 
@@ -688,6 +705,7 @@ class MainWindow(QMainWindow):
         for t in (self.chats.task, self.compare._task):
             if t is not None:
                 t.abandon(message)  # delivers the failure through the task's own handlers
+        self.serve.forsake_running(message)  # the next answer or request does not wait for the parked one
         if self.session is not None:
             self._install(None)
             self._refresh_model_lists()
@@ -722,6 +740,7 @@ class MainWindow(QMainWindow):
         self.loader.close()
         self.catalog.close()
         self.chats.closing = True
+        self.serve.close()
         self.latency.stop()
         self.hide()
         for t in running_tasks():
