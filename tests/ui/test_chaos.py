@@ -369,7 +369,7 @@ class Monkey:
         if self.chance(0.6):
             self.w.regen_btn.click()
             return "regenerate (button)"
-        self.w.regenerate()
+        self.w.chats.regenerate()
         return "regenerate (api)"
 
     def switch_chat(self) -> str:
@@ -393,7 +393,7 @@ class Monkey:
         if self.chance(0.6):
             self.w.sidebar.delete_chat_btn.click()
             return "delete chat (button)"
-        self.w.delete_chat()
+        self.w.chats.delete_chat()
         return "delete chat (api)"
 
     def clear_chat(self) -> str:

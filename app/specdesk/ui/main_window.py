@@ -97,7 +97,6 @@ class MainWindow(QMainWindow):
         self.loader = PairLoader(self._confirm_memory, self)
         self.loader.busy.connect(self._busy)
         self.loader.idle.connect(self._idle)
-        self.loader.checked.connect(self.model_bar_info)
         self.loader.check_failed.connect(self.show_error)
         self.loader.load_failed.connect(self._load_failed)
         self.loader.loaded.connect(self._loaded)
@@ -118,6 +117,11 @@ class MainWindow(QMainWindow):
         self.chats.settings_opened.connect(self._chat_settings)
         self.chats.ended.connect(self._generation_ended)
         self.sidebar.chat_chosen.connect(self.chats.chosen)
+        self.sidebar.delete_chat_btn.clicked.connect(self.chats.delete_chat)
+        self.chat_panel.regen_btn.clicked.connect(self.chats.regenerate)
+        self.chat_panel.clear_btn.clicked.connect(self.chats.clear_chat)
+        self.chat_panel.copy_btn.clicked.connect(self.chats.copy_answer)
+        self.loader.checked.connect(self.model_bar.set_info)
         # serving: the requests and the chat answers share one queue over the pair
         self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
         self.chats.steps_of = self.serve.chat_steps
@@ -152,7 +156,6 @@ class MainWindow(QMainWindow):
 
         self.sidebar = ChatSidebar()
         self.sidebar.new_chat_btn.clicked.connect(self.new_chat)
-        self.sidebar.delete_chat_btn.clicked.connect(self.delete_chat)
         self.chat_list = self.sidebar.chat_list
 
         self.error_banner = QLabel("")
@@ -167,9 +170,6 @@ class MainWindow(QMainWindow):
         cp.input.submitted.connect(self.send_from_input)
         cp.send_btn.clicked.connect(self.send_from_input)
         cp.stop_btn.clicked.connect(self.stop_generation)
-        cp.regen_btn.clicked.connect(self.regenerate)
-        cp.clear_btn.clicked.connect(self.clear_chat)
-        cp.copy_btn.clicked.connect(self.copy_answer)
         self.chat_view, self.legend, self.provenance_box, self.input = cp.chat_view, cp.legend, cp.provenance_box, cp.input
         self.send_btn, self.stop_btn, self.regen_btn = cp.send_btn, cp.stop_btn, cp.regen_btn
         self.clear_btn, self.copy_btn, self.run_info = cp.clear_btn, cp.copy_btn, cp.run_info
@@ -407,11 +407,6 @@ class MainWindow(QMainWindow):
 
     # =============================================================== models
 
-    def known_models(self) -> list[Path]:
-        """The library's usable models (models/, your folders, HF cache, LM Studio,
-        Ollama) and recently opened files."""
-        return self.catalog.known()
-
     def _refresh_model_lists(self) -> None:
         models = self.catalog.known()
         self.model_bar.populate(models, self.catalog.name_of, self.target_path, self.draft_path,
@@ -519,9 +514,6 @@ class MainWindow(QMainWindow):
         self.stop_generation()
         self.clear_error()
         self.loader.request(req)
-
-    def model_bar_info(self, text: str) -> None:
-        self.model_bar.set_info(text)
 
     def _confirm_memory(self, shortfalls: list[str]) -> bool:
         ans = QMessageBox.warning(
@@ -632,15 +624,6 @@ class MainWindow(QMainWindow):
         if self.chats.new_chat():
             self.focus_input()
 
-    def delete_chat(self) -> None:
-        self.chats.delete_chat()
-
-    def clear_chat(self) -> None:
-        self.chats.clear_chat()
-
-    def copy_answer(self) -> None:
-        self.chats.copy_answer()
-
     def send_from_input(self) -> None:
         text = self.input.toPlainText().strip()
         if not text:
@@ -651,9 +634,6 @@ class MainWindow(QMainWindow):
     def send(self, text: str) -> bool:
         """Answer ``text`` in the current chat (see ``ChatController.send``)."""
         return self.chats.send(text)
-
-    def regenerate(self) -> None:
-        self.chats.regenerate()
 
     def stop_generation(self, wait: bool = False) -> None:
         self.chats.stop(wait)
