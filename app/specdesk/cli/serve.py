@@ -76,7 +76,8 @@ def _interrupt(_sig, _frame) -> None:
 
 def _announce(s, sock, args, defaults, key, queue) -> None:
     from ..server.app import model_id
-    from ..server.runner import endpoint, is_loopback
+    from ..server.runner import endpoint
+    from ..session.remote import is_loopback
 
     url = endpoint(sock)
     if not is_loopback(args.host):

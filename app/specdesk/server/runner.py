@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import ipaddress
 import logging
 import socket
 import threading
@@ -20,15 +19,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds the shutdown waits for open connections after the generations were cancelled.
 GRACE_S = 3
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
