@@ -103,6 +103,8 @@ def test_a_template_over_its_budget_is_one_message(qtbot, tmp_path, smol_path):
         shown = w.error_banner.text()
         assert "the model's chat template needs more than " in shown and "to render" in shown, shown
         assert "\n" not in shown
+        # the advice fits the window: no bare command-line flag as if the window had one
+        assert "load another model" in shown and "use --raw" not in shown, shown
         assert w.input.toPlainText() == "Say hi."
         assert w.store.messages(w.chat_id) == []
     finally:

@@ -10,6 +10,7 @@ reports show, over the typed results of the algorithm (which holds none).
 
 from __future__ import annotations
 
+from ..chat.sandbox import HINT as TEMPLATE_HINT
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
 from ..speculative.proposers import registry
 from ..speculative.stats import Stats
@@ -24,6 +25,12 @@ PROPOSER_LABELS = {
     "none": "None (target alone)",
 }
 assert set(PROPOSER_LABELS) == set(registry.NAMES), "every proposer needs a label"
+
+
+def for_the_app(message: str) -> str:
+    """An error line as the app shows it: the chat template's advice names what a
+    window user can do (the CLI's --raw is not in the window)."""
+    return message.replace(TEMPLATE_HINT, "load another model, or run it from the command line with --raw")
 
 
 def without_draft_text(asked: str, runs: str) -> str:

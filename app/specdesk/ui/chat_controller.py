@@ -20,6 +20,7 @@ from PySide6.QtGui import QGuiApplication
 from ..session import Generation, Session
 from ..session.chatstore import ChatStore, Message
 from ..session.fit import fit_chat
+from ..session.text import for_the_app as text_for_app
 from ..speculative.stats import Stats
 from .chat_panel import ChatPanel, ChatSidebar
 from .chat_view import Span
@@ -316,7 +317,7 @@ class ChatController(QObject):
         if chat_id == self.chat_id:
             self.open_chat(chat_id)
         if msg:
-            self.host.show_error(msg)
+            self.host.show_error(text_for_app(msg))
         else:
             self.host.set_status("stopped")
         self._delivered()
