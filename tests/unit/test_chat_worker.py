@@ -1,6 +1,6 @@
 """The chat template's helper process: the operating system bounds a render's
 memory and time, a breach or a cancel kills the helper, and the next render gets a
-fresh one. Real processes (multiprocessing's spawn), no model needed."""
+fresh one. Real processes, no model needed."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_a_helper_that_died_is_replaced(renderers):
     assert r.render(None, CHAT) == HI
     pid = r.pid
     os.kill(pid, signal.SIGKILL)
-    while not _gone(pid):  # dead, not reaped: multiprocessing reaps its own
+    while not _gone(pid):  # dead, not reaped: the renderer reaps its own
         time.sleep(0.01)
     assert r.render(None, CHAT) == HI
     assert r.starts == 2 and r.pid != pid
@@ -157,3 +157,20 @@ def test_the_helper_does_not_load_llama_cpp(renderers):
     assert r.render(None, CHAT) == HI
     maps = [m.path for m in psutil.Process(r.pid).memory_maps()]
     assert maps and not [p for p in maps if "llama" in os.path.basename(p) or "ggml" in os.path.basename(p)]
+
+
+def test_a_script_without_a_main_guard_gets_its_render(tmp_path):
+    """The helper must not run the parent's script again (multiprocessing's spawn
+    re-imports ``__main__``): a user's script, or a test's, that renders at its top
+    level got "the renderer did not start" after a minute."""
+    import subprocess
+
+    script = tmp_path / "unguarded.py"
+    script.write_text("from specdesk.chat.worker import TemplateRenderer\n"
+                      "print('RAN', flush=True)\n"
+                      "r = TemplateRenderer()\n"
+                      "print(repr(r.render(None, [{'role': 'user', 'content': 'hi'}])), flush=True)\n"
+                      "r.close()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["RAN", repr(HI)]

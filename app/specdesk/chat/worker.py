@@ -18,18 +18,25 @@ On a breach, a crash or a cancel the helper is killed and a fresh one started fo
 the next render; the user gets one line ("the model's chat template needs more than
 2 s to render; use --raw or another template").
 
-The helper is started with multiprocessing's ``spawn`` (a fresh interpreter: no
-fork of a process holding models and threads), which works from the app, the CLI,
-the tests and a PyInstaller bundle (whose entry point calls ``freeze_support``). It
-imports the sandbox only: no llama.cpp. Start it early (:meth:`TemplateRenderer.start`,
-when a model loads); it is reused for every render and ends with this process.
+The helper is a fresh interpreter (no fork of a process holding models and threads)
+that runs ``python -m specdesk.chat.worker`` on one end of a socket pair. Not
+multiprocessing's ``spawn``: that re-imports the parent's ``__main__`` script in the
+child, so a script without a ``__main__`` guard (a user's own, a test's) ran again in
+the helper, which then never answered. A PyInstaller bundle has no ``-m``, so there
+the helper is multiprocessing's (the bundle's entry point calls ``freeze_support``
+and is guarded). It imports the sandbox only: no llama.cpp. Start it early
+(:meth:`TemplateRenderer.start`, when a model loads); it is reused for every render
+and ends with this process (it reads end-of-file once the parent is gone).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -97,17 +104,10 @@ class TemplateRenderer:
         if self._proc is not None and self._proc.is_alive():
             return
         self._discard()
-        ctx = multiprocessing.get_context("spawn")
-        ours, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=serve, args=(theirs, self.memory, self.os_limit), name="specdesk-chat-template",
-                           daemon=True)
         try:
-            proc.start()
+            proc, ours = _launch(self.memory, self.os_limit)
         except Exception as e:  # noqa: BLE001 - no process to be had (limits, a broken interpreter): one line
-            ours.close()
             raise SpecDeskError(f"the chat template's renderer could not start: {type(e).__name__}: {e}; {HINT}") from None
-        finally:
-            theirs.close()
         self._proc, self._conn, self._hello = proc, ours, None
         self.starts += 1
         try:
@@ -250,6 +250,66 @@ class TemplateRenderer:
         raise SpecDeskError(reply[1])
 
 
+class _Child:
+    """A helper started with :mod:`subprocess`, seen through the part of
+    ``multiprocessing.Process`` this module uses."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()  # negative: the signal that ended it, as multiprocessing says
+
+    def kill(self) -> None:
+        try:
+            self._popen.kill()
+        except OSError:
+            pass
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _launch(memory: int, os_limit: bool) -> tuple[Any, Any]:
+    """A started helper and this side's end of its connection."""
+    if getattr(sys, "frozen", False) or os.name != "posix":
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=serve, args=(theirs, memory, os_limit), name="specdesk-chat-template", daemon=True)
+        try:
+            proc.start()
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return proc, ours
+    from multiprocessing.connection import Connection
+
+    a, b = socket.socketpair()
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specdesk/
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "specdesk.chat.worker", str(b.fileno()), str(memory), "1" if os_limit else "0"],
+            pass_fds=(b.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=env, close_fds=True)
+    except BaseException:
+        a.close()
+        raise
+    finally:
+        b.close()
+    return _Child(popen), Connection(a.detach())
+
+
 def _rss(p: psutil.Process) -> int:
     try:
         return p.memory_info().rss
@@ -366,3 +426,15 @@ def render_bounded(template: str | None, messages: Sequence[dict], *, bos_token:
 
 
 __all__ = ["DEADLINE", "MEMORY_LIMIT", "TemplateRenderer", "render_bounded", "serve", "shared_renderer"]
+
+
+def _main(argv: Sequence[str]) -> None:
+    """The helper's entry point: ``python -m specdesk.chat.worker FD MEMORY OS_LIMIT``."""
+    from multiprocessing.connection import Connection
+
+    fd, memory, os_limit = int(argv[0]), int(argv[1]), argv[2] == "1"
+    serve(Connection(fd), memory, os_limit)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
