@@ -5,6 +5,7 @@ docstring for an example)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..library.gguf import validate_gguf
 from ..speculative.controller import AutoK, Controller, FixedK
+from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
@@ -171,6 +173,13 @@ class Session:
         if state:
             self.auto.restore_costs(state)
             log.info("auto starts from the costs measured last time on this pair")
+
+    def seed_costs(self, costs: CostModel) -> None:
+        """Start ``auto`` from these measured costs (a calibration's): a copy, so the
+        calibration keeps its own, and a reseed, so auto looks again at every source
+        the old costs had stopped."""
+        self.auto.costs = copy.deepcopy(costs)
+        self.auto.reseeded()
 
     def save_costs(self) -> None:
         if self._costs_key is None or self.auto.costs.step_cost is None:
