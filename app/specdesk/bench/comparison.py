@@ -34,7 +34,6 @@ from ..speculative.drift import Drift
 from .advisor import Calibration, advisor_section, calibrate
 from .configs import BenchConfig, resolve_configs
 from .runner import BASELINE, BenchOptions, SessionTarget, run_bench
-from .stats import PairedSpeedup
 from .suites import Suite
 
 Progress = Callable[[str, float], None]  # (what is running, 0..1)
@@ -75,16 +74,6 @@ class ComparisonResult:
     def overall(self) -> dict[str, dict]:
         """Each configuration's row over all suites."""
         return {row["config"]: row for row in self.bench["summary"]["overall"]}
-
-    def speedups(self) -> dict[str, PairedSpeedup]:
-        """Each configuration against target alone over all suites, typed."""
-        out = {}
-        for name, row in self.overall().items():
-            ci = row.get("speedup_ci")
-            out[name] = PairedSpeedup(row.get("speedup"), tuple(ci) if ci else None, row.get("pairs") or 0,
-                                      row.get("prompts") or 0, row.get("spread_df") or 0, row.get("verdict"),
-                                      row.get("detectable"), row.get("spread_from") or "none")
-        return out
 
     def baseline_tps(self) -> float | None:
         row = self.overall().get(BASELINE)

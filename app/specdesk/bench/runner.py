@@ -432,7 +432,7 @@ def _until_sure(bench: _Bench, rule: UntilSure, clock: Callable[[], float]) -> d
         rows = [row for row in summarize(bench.runs, names, turns=False)["overall"] if row["config"] != BASELINE]
         elapsed = clock() - start
         reason = None
-        if r >= rule.min_repeats and stats.sure([_paired(row) for row in rows], rule.half_width):
+        if r >= rule.min_repeats and stats.sure([stats.PairedSpeedup.from_dict(row) for row in rows], rule.half_width):
             reason = "sure"
         elif r >= rule.max_repeats:
             reason = "repeats"
@@ -443,13 +443,6 @@ def _until_sure(bench: _Bench, rule: UntilSure, clock: Callable[[], float]) -> d
         if reason is not None:
             return {"mode": "until-sure", "repeats": r, "reason": reason, "half_width": rule.half_width,
                     "max_repeats": rule.max_repeats, "seconds_budget": rule.seconds, "seconds": elapsed}
-
-
-def _paired(row: dict) -> stats.PairedSpeedup:
-    ci = row.get("speedup_ci")
-    return stats.PairedSpeedup(row.get("speedup"), tuple(ci) if ci else None, row.get("pairs") or 0, row.get("prompts") or 0,
-                               row.get("spread_df") or 0, row.get("verdict"), row.get("detectable"),
-                               row.get("spread_from") or "none")
 
 
 def _compare(target: BenchTarget, prompt: list[int], base: Generation, rec: dict, gen: Generation) -> None:

@@ -135,6 +135,13 @@ class PairedSpeedup:
     detectable: float | None  # the interval's half-width, a fraction (0.04: +-4%)
     spread: str  # where the noise was measured: "repeats", "prompts" or "none"
 
+    @classmethod
+    def from_dict(cls, d: dict) -> PairedSpeedup:
+        """Back from :meth:`to_dict` (a summary row holds its fields)."""
+        ci = d.get("speedup_ci")
+        return cls(d.get("speedup"), (ci[0], ci[1]) if ci else None, d.get("pairs") or 0, d.get("prompts") or 0,
+                   d.get("spread_df") or 0, d.get("verdict"), d.get("detectable"), d.get("spread_from") or "none")
+
     def to_dict(self) -> dict:
         return {
             "speedup": self.speedup,

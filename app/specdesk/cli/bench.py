@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..bench.advisor import advise, calibrate
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import DEFAULT_CONFIGS, parse_configs
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
 from ..bench.report import check_writable, markdown, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
@@ -97,6 +97,7 @@ def cmd_bench(args) -> int:
     check_writable(out)  # fail before any model work when the report could not be written
     need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
     with load_session(args, need_draft) as s:
+        resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
         if s.translated:
             print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
                   file=sys.stderr)

@@ -275,6 +275,16 @@ def noise_text(noise: dict | None) -> str:
             f"({noise.get('runs')} runs): a single run cannot show a smaller difference.")
 
 
+def prediction_text(predicted: float, row: dict) -> str:
+    """The advisor's prediction against the measured interval."""
+    ci = row.get("speedup_ci")
+    if not ci:
+        return f"predicted {predicted:.2f}×; the measurement has no interval (one pair)"
+    where = "inside" if ci[0] <= predicted <= ci[1] else "outside"
+    return (f"predicted {predicted:.2f}×, measured {row['speedup']:.2f}× (95% interval {interval_text(ci)}): "
+            f"the prediction is {where} the measured interval")
+
+
 def measured_best_text(row: dict) -> str:
     """The best measured configuration, said as sure as the run allows."""
     s, v = row.get("speedup"), row.get("verdict")

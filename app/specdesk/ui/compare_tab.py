@@ -58,6 +58,7 @@ from ..session import needs_draft_model
 from ..session.text import (
     claim_text,
     noise_text,
+    prediction_text,
     speed_verdict_text,
     speedup_text,
     stopping_text,
@@ -83,7 +84,7 @@ COLUMN_TIPS = ["", "decode tokens per second", "tok/s against target alone, pair
                "the advisor's predicted speedup", "acceptance rate of drafted tokens",
                "tokens per target step (1 for target alone)", "memory the draft adds",
                "whether the output equals target alone's at temperature 0"]
-SPEEDUP, VERDICT, IDENTITY = 2, 3, 8
+SPEEDUP, VERDICT, PREDICTED, IDENTITY = 2, 3, 4, 8
 
 
 class CompareTab(QWidget):
@@ -493,6 +494,8 @@ class CompareTab(QWidget):
         ]
         items = [QTableWidgetItem(text) for text in cells]
         items[IDENTITY].setToolTip(tip)
+        if pred and row.get("speedup_ci"):
+            items[PREDICTED].setToolTip(prediction_text(pred, row))
         if c != "none":
             why = speed_verdict_text(row)
             items[SPEEDUP].setToolTip(why)
