@@ -95,7 +95,8 @@ def chat() -> None:
         w.tabs.setCurrentWidget(tab)
         for name, box in tab.config_boxes.items():
             box.setChecked(name in ("draft:k=2", "draft:k=4", "draft:auto", "ngram"))
-        tab.repeats.setValue(1)
+        tab.until_sure.setChecked(True)
+        tab.max_repeats.setValue(3)
         tab.max_tokens.setValue(48)
         tab.use_advisor.setChecked(True)
         tab.prompt.setPlainText(

@@ -409,6 +409,8 @@ class Monkey:
         for name, box in c.config_boxes.items():
             box.setChecked(name in picks)
         c.extra_configs.setText("")
+        c.until_sure.setChecked(self.chance(0.3))  # the app's default mode, with a small budget
+        c.max_repeats.setValue(2)
         c.repeats.setValue(1)
         c.max_tokens.setValue(8)
         c.temperature.setValue(float(self.pick([0.0, 0.7])))

@@ -43,9 +43,10 @@ def build_parser() -> Parser:
     add_model_options(g)
     add_generation_options(g)
 
-    c = sub.add_parser("compare", help="target alone vs speculative on the same prompt")
+    c = sub.add_parser("compare", help="target alone vs speculative on the same prompt, interleaved repeats")
     add_model_options(c)
     add_generation_options(c)
+    generate.add_compare_options(c)
 
     models.add_parsers(sub)
     bench.add_parsers(sub)

@@ -5,6 +5,7 @@ docstring for an example)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..library.gguf import validate_gguf
 from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
+from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
@@ -178,6 +180,13 @@ class Session:
         if state:
             self.auto.restore_costs(state)
             log.info("auto starts from the costs measured last time on this pair")
+
+    def seed_costs(self, costs: CostModel) -> None:
+        """Start ``auto`` from these measured costs (a calibration's): a copy, so the
+        calibration keeps its own, and a reseed, so auto looks again at every source
+        the old costs had stopped."""
+        self.auto.costs = copy.deepcopy(costs)
+        self.auto.reseeded()
 
     def save_costs(self) -> None:
         if self._costs_key is None or self.auto.costs.step_cost is None:

@@ -208,6 +208,7 @@ class MainWindow(QMainWindow):
 
         # -- right: statistics, scrolling, and hidden with the model bar's toggle
         self.stats = StatsPanel()
+        self.compare.noise_measured.connect(self.stats.set_noise)  # the chat's verdict respects the machine's noise
         self.stats_scroll = QScrollArea()
         self.stats_scroll.setObjectName("statsScroll")
         self.stats_scroll.setWidget(self.stats)
