@@ -7,7 +7,14 @@ exact distribution of any continuation can be computed by hand in tests.
 Costs can be scripted too: give the backends one FakeClock and a cost per eval call
 of n tokens (a verify batch on the target; a draft step, or a prefill/catch-up of n
 tokens, on the draft), pass the clock to ``speculate``, and a run replays a machine's
-costs in simulated seconds, deterministically and without sleeping.
+costs in simulated seconds, deterministically and without sleeping. Two costs the
+timed calls do not show can be scripted as well: ``rollback_cost`` (per drafted token: the target's
+rollback after a batch of b > 1 tokens takes b - 1 times it, outside the verify call's timer) and
+``switch_cost`` (an eval call right after the other model's: the weights evicted from
+the caches in between).
+
+:class:`ScriptedModel` is a target whose greedy answer is fixed in advance (an edit of
+its prompt, say), for n-gram lookups on text that repeats.
 """
 
 from __future__ import annotations
@@ -37,11 +44,40 @@ class FakeModel:
         return self.table[a, b]
 
 
+class ScriptedModel:
+    """Logits that make ``answer`` the greedy continuation of ``prompt``: the token at
+    answer position i leads by ``margin`` (any other history: the first token leads)."""
+
+    def __init__(self, prompt: Sequence[int], answer: Sequence[int], n_vocab: int, margin: float = 4.0) -> None:
+        self.n_prompt = len(prompt)
+        self.answer = list(answer)
+        self.n_vocab = n_vocab
+        self.margin = margin
+
+    def logits(self, history: Sequence[int]) -> np.ndarray:
+        row = np.zeros(self.n_vocab, dtype=np.float32)
+        i = len(history) - self.n_prompt
+        row[self.answer[i] if 0 <= i < len(self.answer) else 0] = self.margin
+        return row
+
+
+def edited(text: Sequence[int], every: int, n_vocab: int, seed: int = 0) -> list[int]:
+    """``text`` with a few tokens replaced every ``every`` tokens (an editing task's
+    answer: mostly a copy of its prompt)."""
+    rng = np.random.default_rng(seed)
+    out = list(text)
+    for start in range(every // 2, len(out), every):
+        for j in range(start, min(start + 3, len(out))):
+            out[j] = int(rng.integers(n_vocab))
+    return out
+
+
 class FakeClock:
     """Simulated seconds: advanced only by scripted costs."""
 
     def __init__(self) -> None:
         self.t = 0.0
+        self.last: object = None  # the backend that evaluated last (for switch costs)
 
     def __call__(self) -> float:
         return self.t
@@ -83,6 +119,8 @@ class FakeBackend:
         step_cost: float = 0.0,
         clock: FakeClock | None = None,
         cost: Callable[[int], float] | None = None,
+        rollback_cost: float = 0.0,
+        switch_cost: float = 0.0,
     ):
         self.model = model
         self._n_ctx = n_ctx
@@ -95,6 +133,9 @@ class FakeBackend:
         self.step_cost = step_cost  # fake seconds per eval call, added to native_seconds
         self.clock = clock  # scripted costs: each eval call of n tokens advances it by cost(n)
         self.cost = cost
+        self.rollback_cost = rollback_cost  # seconds per token beyond the first a rollback after a batch takes
+        self.switch_cost = switch_cost  # seconds more for an eval call after the other model's
+        self._last_batch = 0
 
     @property
     def n_vocab(self) -> int:
@@ -120,8 +161,12 @@ class FakeBackend:
         self.evaluated += len(tokens)
         self.batches.append(len(tokens))
         self.native_seconds += self.step_cost
+        self._last_batch = len(tokens)
         if self.clock is not None and self.cost is not None:
             seconds = self.cost(len(tokens))
+            if self.switch_cost and self.clock.last is not None and self.clock.last is not self:
+                seconds += self.switch_cost
+            self.clock.last = self
             self.clock.advance(seconds)
             self.native_seconds += seconds
         out = np.stack(rows)
@@ -146,6 +191,9 @@ class FakeBackend:
         if n_past < 0 or n_past > len(self.history):
             raise ValueError(f"cannot roll back to {n_past} with {len(self.history)} tokens")
         del self.history[n_past:]
+        if self.rollback_cost and self._last_batch > 1 and self.clock is not None:
+            self.clock.advance(self.rollback_cost * (self._last_batch - 1))
+        self._last_batch = 0
 
     def is_eog(self, token: int) -> bool:
         return self.eog is not None and token == self.eog

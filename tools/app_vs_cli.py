@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
-"""The app against the engine: the same prompt and settings through
-`specdesk generate --json` and through the real app on a virtual X screen.
+"""The app against the CLI: the same unseen prompts and settings through
+`specdesk generate --json` and through the real app on a virtual X screen, for
+draft:auto and target alone (or other configurations), repeats interleaved.
 
-    .venv/bin/python tools/app_vs_cli.py [--runs 3] [--tokens 215] [--prompt P]
-        [--proposer draft] [--k auto] [--p-min 0.75] [--threads N]
-        [--target T --draft D] [--source DIR] [--offscreen] [--json OUT]
+    .venv/bin/python tools/app_vs_cli.py [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
+        [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D]
+        [--source DIR] [--before DIR --configs auto,auto@before,none] [--shared-cache] [--offscreen] [--json OUT]
 
-Each run is a fresh process (the CLI, then the app), alternating, so that drift on a
-shared machine hits both alike; both use one temporary cost cache, as a user's
-CLI and app share theirs. It reports per run and as medians: decode tokens/s, the
-target's verify step time (verify seconds / steps), tokens per step and tokens
-drafted; for the app also the Qt thread's milliseconds per repaint (chat text and
-statistics panel), the step handler's worst time and all the Qt thread's CPU time
-during the generation (painting included); then the ratio app / CLI.
+Every run is a fresh process with fresh data, cache and config folders and a fresh
+HOME (a first run on a new machine: nothing learnt before, the harshest case for
+auto); ``--shared-cache`` gives all runs one cache and HOME instead, as one user's CLI
+and app share theirs. Within each repeat the prompts, the configurations and the two
+front ends alternate, so that drift on a shared machine hits all alike.
 
-The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as
-a user's desktop would; ``--offscreen`` uses Qt's offscreen platform instead.
+It reports, per prompt, ratios measured in this run, each the median over the
+repeats of the ratio within a repeat, with their range (min-max): the app's draft:auto
+against the CLI's, and draft:auto against target alone in the app and in the CLI
+(decode tokens/s). Per run: decode tokens/s, tokens drafted and accepted, and auto's
+decisions; for the app also the Qt thread's CPU time during the answer.
+
+The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as a
+user's desktop would; ``--offscreen`` uses Qt's offscreen platform instead.
 ``--source DIR`` runs another copy of the package (its app/ folder), e.g. the code
-before a change. A tool, not a test: its figures hold only on a quiet machine.
+before a change; ``--before DIR`` with configurations named NAME@before measures the
+code before a change in the same run, interleaved, against the same target-alone runs.
+A tool, not a test: its figures hold only on a quiet machine.
 """
 
 from __future__ import annotations
@@ -35,15 +42,53 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
-PROMPT = "Write a Python module with a small LRU cache class, with docstrings and a short usage example."
 RESULT = "APP-RESULT "
+
+# Unseen prompts (none is in the project's suites), one of each kind.
+PROMPTS = {
+    "code": "Write a bash script that backs up a directory into a dated tar.gz and keeps only the last 7 backups.",
+    "editing": (
+        "Rename the variable `total` to `running_sum` in this function and change nothing else. "
+        "Reply with the complete function only.\n\n"
+        "```python\n"
+        "def summarize(values, skip_negative=False):\n"
+        "    \"\"\"Sum, count and mean of the numbers in values, ignoring None.\"\"\"\n"
+        "    total = 0\n"
+        "    count = 0\n"
+        "    for v in values:\n"
+        "        if v is None:\n"
+        "            continue\n"
+        "        if skip_negative and v < 0:\n"
+        "            continue\n"
+        "        total += v\n"
+        "        count += 1\n"
+        "    mean = total / count if count else 0.0\n"
+        "    return {\"total\": total, \"count\": count, \"mean\": mean}\n"
+        "```"
+    ),
+    "prose": "Explain in a few plain paragraphs, for someone starting a vegetable garden, why tomato plants need staking and how to do it.",
+}
+ALIASES = {"auto": "draft:auto", "none": "none"}
+
+
+def parse_config(name: str) -> tuple[str, str]:
+    """(proposer, k) of a configuration: auto (draft:auto), none, or PROPOSER:auto /
+    PROPOSER:k=N, e.g. ngram:auto, ngram:k=4, draft:k=2; a tail @before runs it with
+    the --before package."""
+    name = ALIASES.get(name.removesuffix("@before"), name.removesuffix("@before"))
+    if name == "none":
+        return "none", "auto"
+    proposer, _, k = name.partition(":")
+    k = k.removeprefix("k=") or "auto"
+    if proposer not in ("draft", "ngram", "hybrid") or not (k == "auto" or k.isdigit()):
+        raise SystemExit(f"unknown configuration {name!r}: auto, none, or PROPOSER:auto / PROPOSER:k=N")
+    return proposer, k
 
 
 # -- the app, inside the virtual screen --------------------------------------------------
 
 def app_worker(cfg: dict) -> int:
     """Load the pair in the real MainWindow, send the prompt, print the result as one line."""
-    os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-appvscli-"))
     from PySide6.QtCore import QSettings, QTimer
 
     from specdesk.ui.app import create_app, data_dir
@@ -53,23 +98,13 @@ def app_worker(cfg: dict) -> int:
     app = create_app()
     QSettings().clear()
     w = MainWindow(data_dir(), autoload=False)
-    w.resize(1440, 900)
+    w.resize(1366, 768)
     w.show()
     auto = cfg["k"] == "auto"
-    # settings first: applied before loading, nothing has to reload
+    # the app's defaults but for what is compared: settings first, applied before loading
     w.apply_settings(ChatSettings(proposer=cfg["proposer"], auto_k=auto, k=4 if auto else int(cfg["k"]),
                                   p_min=cfg["p_min"], temperature=0.0, max_tokens=cfg["tokens"],
                                   threads=cfg["threads"] or 0))
-    handler_ms: list[float] = []
-    owner = getattr(w, "chats", w)  # the step handler lives in the chat controller (the window, in older trees)
-    orig = getattr(owner, "_on_step", None)
-    if orig is not None:  # the Qt thread's own work per step signal (the window connects it per generation)
-        def timed(step) -> None:
-            t0 = time.perf_counter()
-            orig(step)
-            handler_ms.append((time.perf_counter() - t0) * 1000)
-
-        owner._on_step = timed
     out: dict = {}
     state = {"sent": False}
 
@@ -84,19 +119,11 @@ def app_worker(cfg: dict) -> int:
             w.send(cfg["prompt"])
 
     def done(gen) -> None:
-        chat = getattr(w, "chat_view", None)
-        panel = getattr(w, "stats", None)
         out["stats"] = gen.stats.to_dict()
         out["text"] = gen.text
-        out["prompt_tokens"] = len(gen.prompt)
-        out["chat_repaint_ms"] = list(getattr(chat, "repaint_ms", []))
-        out["stats_repaint_ms"] = list(getattr(panel, "repaint_ms", []))
-        out["handler_ms"] = handler_ms
-        # every bit of the Qt thread's own work during the generation: slots, repaints,
-        # layout, painting, timers
         out["qt_cpu_s"] = time.thread_time() - out.pop("qt_cpu0")
-        lat = getattr(w, "latency", None)
-        out["loop_late_max_ms"] = lat.max_ms if lat is not None else None
+        label = getattr(getattr(w, "stats", None), "auto_estimate", None)
+        out["estimate"] = label.text() if label is not None else ""
         app.quit()
 
     w.models_changed.connect(loaded)
@@ -111,42 +138,58 @@ def app_worker(cfg: dict) -> int:
 
 # -- the driver --------------------------------------------------------------------------
 
-def _env(args, cache: str) -> dict:
+def fresh_env(args, folders: dict, before: bool = False) -> dict:
+    """The environment of one run: this checkout's (or --source's, or for a
+    configuration@before --before's) package, and the given data, cache and config
+    folders and HOME."""
     env = dict(os.environ)
-    src = str(Path(args.source).resolve()) if args.source else str(REPO / "app")
+    source = args.before if before else args.source
+    src = str(Path(source).resolve()) if source else str(REPO / "app")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["SPECDESK_CACHE_DIR"] = cache
+    env["HOME"] = folders["home"]
+    env["SPECDESK_DATA_DIR"] = folders["data"]
+    env["SPECDESK_CACHE_DIR"] = folders["cache"]
+    env["SPECDESK_CONFIG_DIR"] = folders["config"]  # where a version reads one
+    env["XDG_CONFIG_HOME"] = folders["config"]  # Qt's settings
+    env["XDG_CACHE_HOME"] = folders["cache"]
+    env["XDG_DATA_HOME"] = folders["data"]
     return env
 
 
-def run_cli(args, cache: str) -> dict:
-    cmd = [sys.executable, "-m", "specdesk", "generate", "--json", "--prompt", args.prompt,
-           "--max-tokens", str(args.tokens), "--proposer", args.proposer, "--k", str(args.k),
+def new_folders(root: Path) -> dict:
+    d = Path(tempfile.mkdtemp(prefix="run-", dir=root))
+    out = {name: str(d / name) for name in ("home", "data", "cache", "config")}
+    for p in out.values():
+        os.makedirs(p, exist_ok=True)
+    return out
+
+
+def run_cli(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
+    cmd = [sys.executable, "-m", "specdesk", "generate", "--json", "--prompt", prompt,
+           "--max-tokens", str(args.tokens), "--proposer", proposer, "--k", k,
            "--p-min", str(args.p_min), "--temp", "0", "--target", str(args.target)]
-    if args.draft:
+    if args.draft and proposer in ("draft", "hybrid"):
         cmd += ["--draft", str(args.draft)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(args, cache), timeout=args.timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if p.returncode != 0:
         raise SystemExit(f"specdesk generate failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     doc = json.loads(p.stdout)
-    return {"stats": doc["stats"], "text": doc["text"], "prompt_tokens": doc.get("prompt_tokens")}
+    return {"stats": doc["stats"], "text": doc["text"]}
 
 
-def run_app(args, cache: str) -> dict:
-    cfg = {"prompt": args.prompt, "tokens": args.tokens, "proposer": args.proposer, "k": str(args.k),
-           "p_min": args.p_min, "threads": args.threads, "target": str(args.target),
-           "draft": str(args.draft) if args.draft else None, "timeout": args.timeout}
-    env = _env(args, cache)
-    env["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-appvscli-data-")
+def run_app(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
+    cfg = {"prompt": prompt, "tokens": args.tokens, "proposer": proposer, "k": k, "p_min": args.p_min,
+           "threads": args.threads, "target": str(args.target),
+           "draft": str(args.draft) if args.draft and proposer in ("draft", "hybrid") else None, "timeout": args.timeout}
+    env = dict(env)
     cmd = [sys.executable, str(HERE), "--app-worker", json.dumps(cfg)]
     if args.offscreen:
         env["QT_QPA_PLATFORM"] = "offscreen"
     else:
-        env.pop("QT_QPA_PLATFORM", None)
         env["QT_QPA_PLATFORM"] = "xcb"
-        cmd = ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24"] + cmd
+        cmd = ["xvfb-run", "-a", "-s", "-screen 0 1366x768x24"] + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout + 60)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith(RESULT)), None)
     if line is None:
@@ -159,99 +202,136 @@ def run_app(args, cache: str) -> dict:
 
 def figures(r: dict) -> dict:
     st = r["stats"]
-    steps = st["steps"] or 1
-    f = {
-        "tok_s": st["tokens_per_second"],
-        "verify_ms": 1000 * st["verify_seconds"] / steps,
-        "tok_per_step": st["generated"] / steps,
-        "generated": st["generated"],
-        "drafted": st["drafted"],
-        "draft_s": st["draft_seconds"],
-    }
-    for key in ("chat_repaint_ms", "stats_repaint_ms", "handler_ms"):
-        xs = r.get(key)
-        if xs is not None:
-            f[key] = {"n": len(xs), "mean": statistics.fmean(xs) if xs else 0.0, "max": max(xs, default=0.0),
-                      "total": sum(xs)}
-    if r.get("qt_cpu_s") is not None:
-        f["qt_cpu_s"] = r["qt_cpu_s"]
-        f["qt_cpu_share"] = r["qt_cpu_s"] / st["decode_seconds"] if st["decode_seconds"] else None
-    if r.get("loop_late_max_ms") is not None:
-        f["loop_late_max_ms"] = r["loop_late_max_ms"]
+    ranked = sorted((st.get("decisions") or {}).items(), key=lambda kv: -kv[1])
+    f = {"tok_s": st["tokens_per_second"], "generated": st["generated"], "drafted": st["drafted"],
+         "accepted": st["accepted"], "steps": st["steps"], "decisions": dict(ranked), "text": r["text"]}
+    if r.get("qt_cpu_s") is not None and st["decode_seconds"]:
+        f["qt_cpu_share"] = r["qt_cpu_s"] / st["decode_seconds"]
+    if r.get("estimate"):
+        f["estimate"] = r["estimate"]
     return f
 
 
-def _med(rows: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+def spread(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]"
+
+
+def ratios(rows: dict, prompt: str, repeats: int, configs: list[str]) -> dict[str, list[float]]:
+    """Per repeat, the ratios of decode tokens/s within that repeat: each configuration
+    in the app against the CLI's, and against target alone in each front end."""
+    def r(a, b):
+        return [rows[(prompt, a, i)]["tok_s"] / rows[(prompt, b, i)]["tok_s"] for i in range(repeats)
+                if (prompt, a, i) in rows and (prompt, b, i) in rows]
+
+    out = {}
+    for c in configs:
+        out[f"app {c} / CLI {c}"] = r(("app", c), ("cli", c))
+    for c in configs:
+        if c != "none":
+            out[f"app {c} / app none"] = r(("app", c), ("app", "none"))
+            out[f"CLI {c} / CLI none"] = r(("cli", c), ("cli", "none"))
+    for c in configs:  # the change itself, where the code before it ran too
+        if c + "@before" in configs:
+            out[f"app {c} / app {c}@before"] = r(("app", c), ("app", c + "@before"))
+            out[f"CLI {c} / CLI {c}@before"] = r(("cli", c), ("cli", c + "@before"))
+    return {k: v for k, v in out.items() if v}
+
+
+def load_now() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--app-worker":
         return app_worker(json.loads(sys.argv[2]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=215)
-    ap.add_argument("--prompt", default=PROMPT)
-    ap.add_argument("--proposer", default="draft")
-    ap.add_argument("--k", default="auto")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--prompts", default=",".join(PROMPTS), help=f"some of {', '.join(PROMPTS)}")
+    ap.add_argument("--configs", default="auto,none",
+                    help="auto (draft:auto), none (target alone), or PROPOSER:auto / PROPOSER:k=N (e.g. ngram:auto)")
+    ap.add_argument("--fronts", default="cli,app", help="some of: cli, app")
     ap.add_argument("--p-min", type=float, default=0.75)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--target", type=Path)
     ap.add_argument("--draft", type=Path)
     ap.add_argument("--source", type=Path, help="the package source root to run (default: this checkout's app/)")
+    ap.add_argument("--before", type=Path,
+                    help="another package source root, for the configurations named NAME@before (e.g. auto@before): "
+                         "the code before a change, measured in the same run, against the same target-alone runs")
+    ap.add_argument("--shared-cache", action="store_true", help="one cache, config and HOME for all runs")
     ap.add_argument("--offscreen", action="store_true", help="Qt's offscreen platform instead of xvfb-run")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
-    if not args.offscreen and shutil.which("xvfb-run") is None:
+    prompts = [p for p in args.prompts.split(",") if p]
+    configs = [c for c in args.configs.split(",") if c]
+    fronts = [f for f in args.fronts.split(",") if f]
+    for c in configs:
+        parse_config(c)
+        if c.endswith("@before") and args.before is None:
+            raise SystemExit(f"{c} needs --before DIR")
+    bad = [p for p in prompts if p not in PROMPTS]
+    if bad or not set(fronts) <= {"cli", "app"}:
+        raise SystemExit(f"unknown prompt, configuration or front end: {', '.join(bad) or args.fronts}")
+    if "app" in fronts and not args.offscreen and shutil.which("xvfb-run") is None:
         raise SystemExit("xvfb-run is missing: apt-get install xvfb (or pass --offscreen)")
-    if args.target is None or (args.draft is None and args.proposer in ("draft", "hybrid")):
+    if args.target is None or args.draft is None:
         sys.path.insert(0, str(REPO / "app"))
         from specdesk.library.defaults import default_models
 
         args.target = args.target or default_models(["target"])[0].path
-        if args.proposer in ("draft", "hybrid"):
-            args.draft = args.draft or default_models(["draft"])[0].path
+        args.draft = args.draft or default_models(["draft"])[0].path
 
-    cache = tempfile.mkdtemp(prefix="specdesk-appvscli-cache-")
-    print(f"{args.target.name}{' + ' + args.draft.name if args.draft else ''}, {args.proposer}:k={args.k}, "
-          f"p-min {args.p_min}, {args.tokens} tokens, threads {args.threads or 'default'}, "
-          f"{'offscreen' if args.offscreen else 'xvfb'}, source {args.source or 'this checkout'}", flush=True)
-    rows: dict[str, list[dict]] = {"cli": [], "app": []}
-    texts: dict[str, set] = {"cli": set(), "app": set()}
-    for i in range(args.runs):
-        for kind, fn in (("cli", run_cli), ("app", run_app)):
-            r = fn(args, cache)
-            f = figures(r)
-            rows[kind].append(f)
-            texts[kind].add(r["text"])
-            extra = ""
-            if kind == "app":
-                c, s = f.get("chat_repaint_ms"), f.get("stats_repaint_ms")
-                if c and s and c["n"]:
-                    extra = (f"; Qt thread per repaint: text {c['mean']:.1f} ms (max {c['max']:.1f}, {c['n']}x), "
-                             f"stats {s['mean']:.1f} ms (max {s['max']:.1f}, {s['n']}x)")
-                if f.get("handler_ms"):
-                    extra += f"; step handler max {f['handler_ms']['max']:.1f} ms"
-                if f.get("qt_cpu_share") is not None:
-                    extra += f"; Qt thread CPU {f['qt_cpu_s']:.2f} s = {100 * f['qt_cpu_share']:.1f}% of decode"
-            print(f"run {i + 1} {kind}: {f['tok_s']:.1f} tok/s, verify step {f['verify_ms']:.1f} ms, "
-                  f"{f['tok_per_step']:.2f} tok/step, {f['generated']} tokens, drafted {f['drafted']} "
-                  f"({f['draft_s']:.2f} s){extra}", flush=True)
-    cli, app = rows["cli"], rows["app"]
-    tps_ratio = _med(app, "tok_s") / _med(cli, "tok_s")
-    ver_ratio = _med(app, "verify_ms") / _med(cli, "verify_ms")
-    print(f"\nmedian of {args.runs}:        decode tok/s   verify step ms   tok/step")
-    for kind, rs in rows.items():
-        print(f"  {kind:<20} {_med(rs, 'tok_s'):>12.1f} {_med(rs, 'verify_ms'):>16.1f} {_med(rs, 'tok_per_step'):>10.2f}")
-    print(f"  app / CLI            {tps_ratio:>12.3f} {ver_ratio:>16.3f}")
-    if texts["cli"] != texts["app"]:
-        print("note: the app's answer differed from the CLI's (same prompt and settings expected)")
+    root = Path(tempfile.mkdtemp(prefix="specdesk-appvscli-"))
+    shared = new_folders(root) if args.shared_cache else None
+    print(f"{args.target.name} + {args.draft.name}, {args.tokens} tokens, p-min {args.p_min}, threads "
+          f"{args.threads or 'default'}, {'offscreen' if args.offscreen else 'xvfb'}, "
+          f"{'one shared cache' if shared else 'fresh folders every run'}, source {args.source or 'this checkout'}, "
+          f"load {load_now()}", flush=True)
+    rows: dict = {}
+    texts: dict = {}
+    for i in range(args.repeats):
+        for prompt in prompts:
+            for name in configs:
+                proposer, k = parse_config(name)
+                for front in (fronts if i % 2 == 0 else fronts[::-1]):
+                    env = fresh_env(args, shared or new_folders(root), before=name.endswith("@before"))
+                    fn = run_cli if front == "cli" else run_app
+                    f = figures(fn(args, PROMPTS[prompt], proposer, k, env))
+                    rows[(prompt, (front, name), i)] = f
+                    texts.setdefault((prompt, name), {}).setdefault(front, set()).add(f.pop("text"))
+                    why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
+                    extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
+                    print(f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
+                          f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()})",
+                          flush=True)
+    for (prompt, name), by_front in texts.items():
+        if len({t for ts in by_front.values() for t in ts}) > 1:
+            print(f"note: {prompt} {name}: the answers differed between runs or front ends")
+    print(f"\nratios of decode tokens/s, median over {args.repeats} repeats [min-max], load {load_now()}:")
+    summary = {}
+    for prompt in prompts:
+        rs = ratios(rows, prompt, args.repeats, configs)
+        summary[prompt] = rs
+        print(f"  {prompt}:")
+        for name, xs in rs.items():
+            if xs:
+                print(f"    {name:<22} {spread(xs)}")
     if args.json:
         from specdesk.files import write_json_atomic
 
-        write_json_atomic(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": rows,
-                                      "ratio_tok_s": tps_ratio, "ratio_verify_ms": ver_ratio}, indent=1)
+        write_json_atomic(args.json, {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "runs": [{"prompt": p, "front": fc[0], "config": fc[1], "repeat": i, **f} for (p, fc, i), f in rows.items()],
+            "load_end": load_now(),
+            "ratios": summary,
+        }, indent=1)
     return 0
 
 

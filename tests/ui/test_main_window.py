@@ -286,3 +286,26 @@ def test_the_first_answer_gets_a_verdict_with_an_estimated_reference(qtbot, wind
     assert "verify batch" in w.about_text()
     assert "CPU" in w.stats.mem_devices.text()
     assert w.focusWidget() is w.input  # ready for the next message without a click
+
+
+def test_the_stats_panel_shows_autos_estimate_and_why(qtbot, window, smol_path, smol_draft_path):
+    """With auto, the statistics panel says what auto measured (drafting against target
+    alone, per emitted token, each with its interval) and why it drafts or not, in the
+    same words as the session's own estimate; a fixed k shows none."""
+    w = window
+    s = load(qtbot, w, smol_path, smol_draft_path)
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=True, p_min=0.0, max_tokens=48))
+    ask(qtbot, w, "Write a short Python function that adds two numbers.")
+    label = w.stats.auto_estimate
+    assert label.isVisibleTo(w.stats)
+    text = label.text()
+    assert text.startswith("auto: ") and "target alone" in text and "ms/token (" in text
+    e = s.auto.estimate
+    from specdesk.session.text import auto_estimate_text
+
+    assert text == auto_estimate_text(e)
+    if e.drafting is not None:  # drafting was tried: both figures with their intervals
+        assert "drafting" in text and " vs target alone " in text
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=2, p_min=0.0, max_tokens=16))
+    ask(qtbot, w, "Say hi.")
+    assert not label.isVisibleTo(w.stats) and label.text() == ""

@@ -12,35 +12,63 @@ from specdesk.speculative.controller import AutoK, StepCost
 from specdesk.speculative.costmodel import CostModel
 
 
-def _measured() -> AutoK:
+def _measured(pays: bool = True) -> AutoK:
+    """A controller after a session on a pair: target alone at 0.1 s a token; drafting k
+    verifies k + 1 tokens in 0.1 + 0.01 k s and drafts in 0.02 k s (it pays), or in
+    0.1 + 0.09 k s and 0.06 k s (a CPU: even a draft always right cannot pay)."""
     auto = AutoK()
-    for _ in range(10):
-        auto.observe(StepCost("", None, 0, 0, 0.0, 0.100))  # a target step
-        auto.observe(StepCost("draft", None, 3, 3, 0.060, 0.130))  # draft 3, verify 4
+    for _ in range(40):
+        k = auto.budget("draft", 2, 400)
+        d = auto.take_decision()
+        verify = 0.1 + (0.01 if pays else 0.09) * k
+        draft = (0.02 if pays else 0.06) * k
+        auto.observe(StepCost("draft" if k else "", None, k, k, draft, verify, draft_synced=2 if k else 0,
+                              emitted=k + 1, step_seconds=verify + draft, decision=d))
     return auto
 
 
 def test_costs_round_trip_with_a_capped_weight():
-    auto = _measured()
+    auto = _measured(pays=False)
     fresh = AutoK()
     fresh.restore_costs(json.loads(json.dumps(auto.saved_costs())), weight=4)
     assert fresh.costs.verify_cost(1) == auto.costs.verify_cost(1)
-    assert fresh.costs.verify_cost(4) == auto.costs.verify_cost(4)
-    assert fresh.costs.draft_cost(3) == auto.costs.draft_cost(3)
-    # counted as 4 measurements, not 10: a new one moves the estimate by a fifth
-    fresh.costs.observe_verify(1, 0.150)
-    assert abs(fresh.costs.verify_cost(1) - (0.100 + 0.050 / 5)) < 1e-9
+    assert fresh.costs.draft_cost(2) == auto.costs.draft_cost(2)
+    # counted as 4 measurements, not more: a new one moves the estimate by a fifth
+    v1 = fresh.costs.verify_cost(1)
+    fresh.costs.observe_verify(1, v1 + 0.05)
+    assert abs(fresh.costs.verify_cost(1) - (v1 + 0.050 / 5)) < 1e-9
+    # and the outcomes, as ratios to target alone, capped alike: target alone is not
+    # carried (its seconds follow the load), so they apply once it was timed, here on a
+    # machine twice as busy
+    r, _ = auto.source_ratio("draft")
+    assert fresh.source_ratio("draft") is None
+    for _ in range(fresh.first_steps):
+        fresh.budget("draft", 2, 400)
+        fresh.observe(StepCost("", None, 0, 0, 0.0, 0.2, emitted=1, step_seconds=0.2, decision=fresh.take_decision()))
+    fresh.budget("draft", 2, 400)
+    assert abs(fresh.source_ratio("draft")[0] - r) < 1e-9
+    assert fresh._sources["draft"].n <= 4
 
 
-def test_a_restored_controller_decides_from_the_first_step():
-    # a fresh controller spends its first step measuring target alone
-    assert AutoK().budget("draft", None, 8) == 0
-    auto = _measured()
-    restored = AutoK()
-    restored.restore_costs(auto.saved_costs())
-    # drafting 3 at 0.19 s for up to 4 tokens beats 0.10 s per token: it drafts at once
-    assert restored.costs.step_cost == auto.costs.step_cost
-    assert restored.budget("draft", None, 8) > 0
+def test_a_restored_controller_skips_the_exploring():
+    """Where drafting was measured to pay, the next session drafts as soon as it has
+    timed target alone, with no probe, and prepares the draft up front; where no draft
+    could pay, it never drafts, and the draft never evaluates the prompt."""
+    fresh = AutoK()
+    assert fresh.peek("draft", 1, 400) == 1  # never tried: the entry ticket
+    for pays, peek, reasons in ((True, 1, {"measured cheaper"}), (False, 0, {"bound<1"})):
+        restored = AutoK()
+        restored.restore_costs(_measured(pays).saved_costs())
+        for _ in range(restored.first_steps):
+            restored.budget("draft", 2, 400)
+            restored.observe(StepCost("", None, 0, 0, 0.0, 0.1, emitted=1, step_seconds=0.1,
+                                      decision=restored.take_decision()))
+        assert restored.peek("draft", 1, 400) == peek
+        seen = set()
+        for _ in range(5):
+            restored.budget("draft", 2, 400)
+            seen.add(restored.take_decision().reason)
+        assert seen == reasons
 
 
 def test_damaged_entries_are_skipped():
@@ -137,19 +165,23 @@ def test_an_unreadable_cache_is_moved_aside_not_deleted(tmp_path):
 
 def test_entries_of_the_wrong_shape_are_left_out(tmp_path):
     path = tmp_path / "auto-costs.json"
-    good = {"verify": {"1": 0.1}, "draft": {"2": 0.05}, "counts": {"verify": {"1": 3}}, "catch_up": [0.01, 2]}
+    good = {"verify": {"1": 0.1}, "draft": {"2": 0.05}, "counts": {"verify": {"1": 3}}, "catch_up": [0.01, 2],
+            "outcomes": {"draft": [0.8, 3.0, 0.2, 4.0], "draft|3": [0.7, 3.5, 0.1, 2.0]}}
     path.write_text(json.dumps({"version": 2, "entries": {
         "list entry": [1, 2],
         "list state": {"seq": 1, "value": [1, 2]},
         "bad seq": {"seq": "x", "value": good},
         "inner lists": {"seq": 2, "value": {"verify": [0.1], "draft": {"2": "x", "3": 0.2},
-                                            "counts": [1], "catch_up": {"a": 1}}},
+                                            "counts": [1], "catch_up": {"a": 1},
+                                            "outcomes": {"draft": [0.8, "x", 0.2, 4], "ngram:4|2": [1, 2, 3],
+                                                         "draft|1": [0.9, 2.0, 0.1, 3.0]}}},
         "good": {"seq": 3, "value": good},
     }}))
     assert costcache.load("list entry", path) is None
     assert costcache.load("list state", path) is None
     assert costcache.load("bad seq", path) == good
-    assert costcache.load("inner lists", path) == {"verify": {}, "draft": {"3": 0.2}}
+    assert costcache.load("inner lists", path) == {"verify": {}, "draft": {"3": 0.2},
+                                                   "outcomes": {"draft|1": [0.9, 2.0, 0.1, 3.0]}}
     assert costcache.load("good", path) == good
     # what load gives is what the controller reads without failing
     for key in ("bad seq", "inner lists", "good"):

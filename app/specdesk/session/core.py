@@ -169,9 +169,12 @@ class Session:
         t, d = self.target.spec, self.draft.spec if self.draft is not None else None
         if t.rpc:
             return  # over a network the costs change with it: auto measures them afresh
+        # the thread counts llama.cpp runs with, not as asked: "--threads 2" and the
+        # default on a 2-core machine are one setup (the CLI and the app share the cache)
+        dt = self.draft.ctx.threads if self.draft is not None else None
         try:
             self._costs_key = costcache.pair_key(
-                t.path, t.threads, t.n_gpu_layers, d.path if d else None, d.threads if d else None, d.n_gpu_layers if d else 0
+                t.path, self.target.ctx.threads, t.n_gpu_layers, d.path if d else None, dt, d.n_gpu_layers if d else 0
             )
         except OSError:
             return
@@ -318,7 +321,9 @@ class Session:
 
     def make_controller(self, config: GenerationConfig) -> Controller:
         """The session's own auto controller (what it learnt carries over to the next
-        answer), or a fixed k, which learns nothing for auto."""
+        answer, and through the cost cache to the next session on this pair, in the CLI
+        and the app alike), or a fixed k, which teaches auto nothing: auto learns from
+        its own steps."""
         return self.auto if config.k == "auto" else FixedK(int(config.k))
 
     @property

@@ -1,13 +1,15 @@
 """What ``auto`` measured on a model pair, kept for the next session on that pair.
 
-``auto`` prices every draft length from measured costs: a target step, a verify
-batch of each size, a draft call of each length. A new process knows none of them
-and spends its first few dozen steps measuring, which is most of a short answer.
-So the costs are saved per pair and setup (both files, by path, size and mtime;
-threads; GPU layers) in the user cache, and seed the next session's controller,
-each counted as a few measurements only, so this run's own measurements soon take
-over when the machine is busier or idler than last time. Acceptance is not kept:
-it follows the text being written.
+``auto`` judges drafting by its realized cost per emitted token, as a ratio to target
+alone's (the outcomes), and prices draft lengths from measured costs (a target step,
+a verify batch of each size, a draft call of each length). A new process knows none
+of them and would spend its first answer exploring again. So both are saved per pair
+and setup (both files, by path, size and mtime; the thread count llama.cpp runs with;
+GPU layers) in the user cache, and seed the next session's controller, each counted as
+a few steps only, so this run's own soon take over when the machine is busier or idler
+than last time. The CLI and the app share the cache, so they start from the same
+knowledge. Acceptance is not kept: it follows the text being written; nor target
+alone's seconds, which follow the machine's load.
 
 They are kept in a :class:`~specdesk.jsoncache.JsonCache` (bounded, versioned,
 never an error); a state of the wrong shape is cleaned to what can be used.
@@ -61,6 +63,12 @@ def clean_state(state: object) -> dict | None:
     cu = state.get("catch_up")
     if isinstance(cu, list) and len(cu) == 2 and all(_is_number(x) for x in cu):
         out["catch_up"] = list(cu)
+    outcomes = state.get("outcomes")
+    if isinstance(outcomes, dict):
+        kept = {k: list(v) for k, v in outcomes.items()
+                if isinstance(k, str) and isinstance(v, list) and len(v) == 4 and all(_is_number(x) for x in v)}
+        if kept:
+            out["outcomes"] = kept
     return out
 
 

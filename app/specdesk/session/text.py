@@ -5,12 +5,15 @@ reports show, over the typed results of the algorithm (which holds none).
 - kernel drift (:class:`~specdesk.speculative.drift.Drift`): its summary and what
   "the same output" means on this machine (:func:`claim_text`);
 - divergences at T=0 (``Divergence.to_dict()``): near-tie or mismatch, in a sentence;
-- an answer slower than target alone: why, from its own statistics.
+- an answer slower than target alone: why, from its own statistics;
+- auto's current estimate (:class:`~specdesk.speculative.controller.Estimate`): drafting
+  against target alone, per token, and why it drafts or not.
 """
 
 from __future__ import annotations
 
 from ..chat.sandbox import HINT as TEMPLATE_HINT
+from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
 from ..speculative.proposers import registry
 from ..speculative.stats import Stats
@@ -174,6 +177,54 @@ def slower_reason(st: Stats) -> str:
     if st.acceptance_rate is not None and st.acceptance_rate < 0.5:
         return f"acceptance: only {100 * st.acceptance_rate:.0f}% of drafted tokens were kept"
     return "verify cost: checking a batch of drafted tokens costs nearly as much as generating them one by one here"
+
+
+#: Why auto drafts or not, by the reason of its last decision (a Decision.reason).
+_AUTO_WHY = {
+    ctl.CHEAPER: "drafting was measured cheaper per token, so it drafts",
+    ctl.DEARER: "drafting was measured dearer per token, so it does not draft",
+    ctl.PROBE: "not decided yet: it tries drafting, within its exploring budget",
+    ctl.EXPLORE: "no draft length is estimated to pay; it tries one the estimate is unsure of, within its budget",
+    ctl.ESTIMATED: "no draft length is estimated to pay here now",
+    ctl.BUDGET_SPENT: "not decided, and trying has used its budget",
+    ctl.BOUND: "even a draft that is always right cannot pay at the costs measured here",
+    ctl.CATCH_UP: "the draft would first have to catch up on more than drafting would win",
+    ctl.FIRST_STEP: "measuring target alone first",
+    ctl.REFERENCE: "measuring target alone again, to decide",
+    ctl.LAST_TOKEN: "no room left to draft",
+}
+
+
+def _ms(x: float) -> str:
+    ms = 1000 * x
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+def auto_estimate_text(e: ctl.Estimate) -> str:
+    """auto's current estimate (a ``speculative.controller.Estimate``) in a sentence:
+    drafting against target alone, per emitted token, with their intervals, and why it
+    drafts or not, e.g. "auto: drafting (k=2) 46.1 ms/token (39.0–53.2) vs target alone
+    37.0 (36.1–37.9), over 3 recent steps: drafting was measured dearer per token, so it
+    does not draft · trying drafting cost 0.21 s of the 0.47 s allowed"."""
+    d = e.decision
+    why = _AUTO_WHY.get(d.reason, d.reason)
+    if e.target_alone is None:
+        return f"auto: {why}."
+    lo0, hi0 = e.target_alone_interval
+    alone = f"target alone {_ms(e.target_alone)} ms/token ({_ms(max(0.0, lo0))}–{_ms(hi0)})"
+    if e.drafting is None:
+        text = f"auto: {alone}; drafting not measured yet: {why}"
+    else:
+        lo, hi = e.drafting_interval
+        what = f"drafting (k={e.k})" if e.k else "drafting"
+        n = max(1, round(e.steps))
+        text = (f"auto: {what} {_ms(e.drafting)} ms/token ({_ms(max(0.0, lo))}–{_ms(hi)}) vs {alone}, "
+                f"over {n} recent step{'s' if n > 1 else ''}: {why}")
+    if e.spent > 0:
+        text += f" · trying drafting cost {e.spent:.2f} s of the {e.allowance:.2f} s allowed"
+    elif e.spent < 0:
+        text += f" · drafting saved {-e.spent:.2f} s so far"
+    return text + "."
 
 
 # -- speedups and how sure they are (rows of the benchmark summary: speedup, speedup_ci,

@@ -1,4 +1,5 @@
-"""Measured costs and acceptance, and the speed they predict for each draft length.
+"""Measured costs and acceptance, the speed they predict for each draft length, and
+measured outcomes (what steps really cost per emitted token, :class:`Outcome`).
 
 Leviathan et al. give the expected tokens per verify pass for a draft of k tokens
 with a constant acceptance rate a: E = (1 - a^(k+1)) / (1 - a). Here acceptance is
@@ -10,8 +11,9 @@ and the speed of drafting k is E(k) / (draft_cost(k) + verify_cost(k + 1)).
 
 Costs are seconds measured on this machine: the verify cost of a batch of b tokens
 is not b times a step on a CPU, and not one step on a GPU; nothing is assumed
-where a measurement exists. The same model serves the core's ``auto`` draft length
-and the benchmark advisor.
+where a measurement exists. The same model serves the benchmark advisor and, as the
+prior that chooses what to try, the core's ``auto`` draft length (which judges by
+:class:`Outcome`).
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class CostModel:
         """Seconds for a verify batch: measured, interpolated between measurements, or
         extrapolated past the largest one (with the measured slope, or with the low
         prior slope when ``optimistic``, which is how auto decides to try a size)."""
+        rc = self.verify.get(batch)
+        if rc is not None:
+            return rc.value
         pts = sorted((b, rc.value) for b, rc in self.verify.items())
         if not pts:
             return None
@@ -292,3 +297,85 @@ class PositionAcceptance:
                 m = min(1.0, m + z * math.sqrt(max(m * (1 - m), 0.02) / (r + 4.0)))
             out.append(m)
         return out
+
+
+class Outcome:
+    """The realized cost of one arm over its recent steps: exponentially decayed sums
+    of the tokens each step emitted (x) and what it cost (y), enough for the ratio
+    y/x and its standard error (the delta method for a ratio estimator)."""
+
+    __slots__ = ("w", "w2", "x", "y", "xx", "xy", "yy", "t", "_memo")
+
+    def __init__(self) -> None:
+        self.w = self.w2 = self.x = self.y = self.xx = self.xy = self.yy = 0.0
+        self.t = 0  # the controller's step count at the last update
+        self._memo: tuple | None = None  # (floor_cv, prior_steps, variance) until the next add
+
+    @classmethod
+    def seeded(cls, ratio: float, x_mean: float, sd: float, n: float) -> Outcome:
+        """As if ``n`` steps of ``x_mean`` tokens had cost ``ratio`` per token, with a
+        per-step residual standard deviation ``sd``."""
+        o = cls()
+        o.w, o.w2 = n, n
+        o.x = n * x_mean
+        o.y = ratio * o.x
+        o.xx = n * x_mean * x_mean
+        o.xy = ratio * o.xx
+        o.yy = n * sd * sd + ratio * ratio * o.xx
+        return o
+
+    def add(self, x: float, y: float, decay: float, t: int) -> None:
+        d = decay
+        self.w = self.w * d + 1.0
+        self.w2 = self.w2 * d * d + 1.0
+        self.x = self.x * d + x
+        self.y = self.y * d + y
+        self.xx = self.xx * d + x * x
+        self.xy = self.xy * d + x * y
+        self.yy = self.yy * d + y * y
+        self.t = t
+        self._memo = None
+
+    @property
+    def n(self) -> float:
+        """The effective number of steps the estimate rests on."""
+        return self.w * self.w / self.w2 if self.w2 > 0 else 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.y / self.x if self.x > 0 else math.inf
+
+    @property
+    def x_mean(self) -> float:
+        return self.x / self.w if self.w > 0 else 0.0
+
+    def sd(self) -> float:
+        """The per-step residual standard deviation, y - ratio * x."""
+        if self.w <= 0 or self.x <= 0:
+            return 0.0
+        r = self.y / self.x
+        return math.sqrt(max(0.0, (self.yy - 2.0 * r * self.xy + r * r * self.xx) / self.w))
+
+    def var(self, floor_cv: float, prior_steps: float = 2.0) -> float:
+        """The ratio's variance. The residual variance of a few steps is shrunk toward
+        ``floor_cv`` of the mean step cost (``prior_steps`` of pseudo-weight): one step
+        says nothing about the spread."""
+        m = self._memo
+        if m is not None and m[0] == floor_cv and m[1] == prior_steps:
+            return m[2]
+        if self.w <= 0 or self.x <= 0:
+            return math.inf
+        r = self.y / self.x
+        s2 = max(0.0, (self.yy - 2.0 * r * self.xy + r * r * self.xx) / self.w)
+        n = self.n
+        prior = (floor_cv * self.y / self.w) ** 2
+        extra = max(0.0, n - 1.0)
+        s2 = (extra * s2 + prior_steps * prior) / (extra + prior_steps)
+        xm = self.x / self.w
+        v = s2 / n / (xm * xm)
+        self._memo = (floor_cv, prior_steps, v)
+        return v
+
+    def se(self, floor_cv: float, prior_steps: float = 2.0) -> float:
+        """The ratio's standard error (see :meth:`var`)."""
+        return math.sqrt(self.var(floor_cv, prior_steps))

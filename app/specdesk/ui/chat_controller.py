@@ -20,6 +20,7 @@ from PySide6.QtGui import QGuiApplication
 from ..session import Generation, Session
 from ..session.chatstore import ChatStore, Message
 from ..session.fit import fit_chat
+from ..session.text import auto_estimate_text
 from ..session.text import for_the_app as text_for_app
 from ..speculative.stats import Stats
 from .chat_panel import ChatPanel, ChatSidebar
@@ -79,6 +80,8 @@ class ChatController(QObject):
         self.task: Task | None = None
         self.closing = False
         self._last_mem = 0.0
+        self._last_estimate = 0.0
+        self._auto = False  # the answer running lets auto choose k
         #: how an answer's steps are made (on its worker): the window routes them through
         #: the queue it shares with the requests it serves (ServeController.chat_steps)
         self.steps_of = lambda s, prompt, cfg, cancel: s.generate(prompt, cfg, cancel=cancel)
@@ -239,6 +242,7 @@ class ChatController(QObject):
         if new_user_text is not None:
             self.view.add_message("user", new_user_text)
         self.stats.reset()
+        self._auto = cfg.k == "auto"
         self.host.show_reference()
         self.view.begin_answer()
         _, why = self.host.settings.proposer_for(has_draft=s.draft is not None)
@@ -255,10 +259,20 @@ class ChatController(QObject):
             return
         self.stats.update_stats(step.stats)
         now = time.monotonic()
+        if self._auto and now - self._last_estimate > 0.25:
+            self._last_estimate = now
+            self._show_estimate()
         session = self.host.session
         if session is not None and now - self._last_mem > 1.0:
             self._last_mem = now
             self.stats.set_memory(session.memory())
+
+    def _show_estimate(self) -> None:
+        """auto's current estimate and why it drafts or not (read as one object: the
+        worker replaces it whole at each step)."""
+        session = self.host.session
+        estimate = session.auto.estimate if session is not None else None
+        self.stats.set_estimate(auto_estimate_text(estimate) if estimate is not None else "")
 
     def _store_answer(self, chat_id: int, gen: Generation | None, replaces: int | None) -> str:
         """Store what the view shows of the answer; returns its text ("" when it wrote nothing)."""
@@ -288,6 +302,8 @@ class ChatController(QObject):
             return  # stored; nothing more to show
         if gen.steps:
             self.stats.update_stats(gen.stats, live=False)
+            if self._auto:
+                self._show_estimate()
         if replaces is not None and chat_id == self.chat_id:
             self.open_chat(chat_id)  # shows the new answer in place of the old one
         if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:

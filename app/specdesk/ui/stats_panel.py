@@ -158,6 +158,18 @@ class StatsPanel(QFrame):
             "'probe' = a try to measure; 'by cost model' = the draft length with the best predicted speed."
         )
         lay.addWidget(self.decisions)
+        # auto's current estimate: drafting against target alone, per token, and why
+        self.auto_estimate = QLabel("")
+        self.auto_estimate.setObjectName("autoEstimate")
+        self.auto_estimate.setStyleSheet("color:#495057; font-size: 11px;")
+        self.auto_estimate.setWordWrap(True)
+        self.auto_estimate.setToolTip(
+            "auto drafts only while drafting has been measured cheaper per emitted token than target alone, "
+            "each with its 90% interval, over its own recent steps (everything counted: draft, catch-up, verify, "
+            "rollback, Python). Until that is decided it tries drafting within a budget of 2.5% of the answer's time."
+        )
+        self.auto_estimate.setVisible(False)
+        lay.addWidget(self.auto_estimate)
 
         # tokens/s over the answer
         self.speed_plot = pg.PlotWidget()
@@ -252,7 +264,14 @@ class StatsPanel(QFrame):
         self._empty_ranges()
         self._pos_range = None
         self.decisions.setText("")
+        self.set_estimate("")
         self.verdict.setText("Generating…")
+
+    def set_estimate(self, text: str) -> None:
+        """auto's current estimate in words ("" hides it: a fixed k, or no answer yet)."""
+        if text != self.auto_estimate.text():
+            self.auto_estimate.setText(text)
+        self.auto_estimate.setVisible(bool(text))
 
     def set_reference(self, tokens_per_second: float | None, how: str = "measured") -> None:
         """Target alone's speed for the verdict and the chart's line: ``how`` is
