@@ -69,6 +69,9 @@ class Context:
         self._nseq[:] = 1
         self.history: list[int] = []
         self.native_seconds = 0.0
+        # Bytes of logits copied out of llama.cpp into numpy arrays, ever (what the hot
+        # path must keep at zero where it needs no full row).
+        self.logits_bytes_copied = 0
         self.last_prefill_evaluated = 0
         self.evaluated = 0  # every token ever evaluated, for reuse accounting
 
@@ -141,6 +144,7 @@ class Context:
         if n_out:
             ptr = llama_cpp.llama_get_logits(self._ctx)
             rows = np.ctypeslib.as_array(ptr, shape=(n_out, self._n_vocab)).copy()
+            self.logits_bytes_copied += rows.nbytes
         else:
             rows = np.empty((0, self._n_vocab), dtype=np.float32)
         self.native_seconds += time.perf_counter() - t0
