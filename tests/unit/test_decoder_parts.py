@@ -9,7 +9,7 @@ from fakes import FakeBackend
 from specdesk.speculative.controller import FixedK, StepCost
 from specdesk.speculative.decoder import emitted_tokens, speculate, verify_rows
 from specdesk.speculative.proposers.base import Draft
-from specdesk.speculative.sampling import SamplingParams
+from specdesk.speculative.sampling import SamplingParams, Warped
 from specdesk.speculative.verify import Verdict
 
 GREEDY = SamplingParams()
@@ -38,11 +38,12 @@ def test_verify_rows_greedy_accepts_the_argmax_prefix():
 def test_verify_rows_sampling_uses_the_drafts_q():
     # the draft put all its mass on token 1, the target on token 2: never accepted
     rows = onehot_rows([2, 2])
-    q = np.zeros((1, 10))
-    q[0, 1] = 1.0
+    q = np.zeros(10)
+    q[1] = 1.0
     hot = SamplingParams(temperature=1.0)
     for seed in range(20):
-        v = verify_rows([1], Draft(tokens=(1,), q=q, source="draft"), rows * 10, hot, np.random.default_rng(seed))
+        v = verify_rows([1], Draft(tokens=(1,), q=(Warped.from_dense(q),), source="draft"), rows * 10, hot,
+                        np.random.default_rng(seed))
         assert v.n_accepted == 0 and v.next_token == 2
 
 

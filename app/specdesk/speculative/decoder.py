@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .backend import Backend
+from .backend import Backend, argmax_rows
 from .controller import LAST_TOKEN, NO_CANDIDATE, TARGET_ALONE, Controller, Decision, StepCost
 from .proposers.base import EMPTY_DRAFT, Draft, Proposer
-from .sampling import SamplingParams, warp
+from .sampling import SamplingParams, WarpedRows
 from .stats import Stats
 from .verify import Verdict, verify_greedy, verify_stochastic
 
@@ -100,14 +100,14 @@ class _Detok:
 
 def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, params: SamplingParams,
                 rng: np.random.Generator) -> Verdict:
-    """The verifier over the target's rows for ``[pending] + draft_tokens``: the
-    argmax rule at temperature 0, else rejection sampling against the warped rows
-    (q one-hot where the draft is deterministic)."""
+    """The verifier over the target's rows for ``[pending] + draft_tokens``, read where
+    they lie (the backend's view: nothing is copied): the argmax rule at temperature 0,
+    else rejection sampling against the rows warped over their support, each only once
+    the verifier reaches it (q one-hot where the draft is deterministic)."""
     if params.greedy:
-        return verify_greedy(draft_tokens, rows)
-    p_rows = np.stack([warp(r, params) for r in rows])
+        return verify_greedy(draft_tokens, argmax_rows(rows))
     q = draft.q[: len(draft_tokens)] if draft.q is not None else None
-    return verify_stochastic(draft_tokens, p_rows, q, rng)
+    return verify_stochastic(draft_tokens, WarpedRows(rows, params), q, rng)
 
 
 def _token_info(i: int, tok: int, text: str, draft_tokens: Sequence[int], draft: Draft, verdict: Verdict) -> TokenInfo:
@@ -207,6 +207,13 @@ class _Loop:
             decision = Decision(0, LAST_TOKEN if limit <= 0 else (NO_CANDIDATE if self.proposer.drafts else TARGET_ALONE))
         return list(draft.tokens[: max(0, limit)]), draft, decision
 
+    def verify(self, draft_tokens: list[int], draft: Draft) -> Verdict:
+        """The target's batch ``[pending] + draft_tokens``, verified on its rows where
+        they lie (nothing copied)."""
+        params, rng = self.params, self.rng
+        return self.target.eval([self.seq[-1]] + draft_tokens, all_rows=True,
+                                fn=lambda rows: verify_rows(draft_tokens, draft, rows, params, rng))
+
     def roll_back(self, n_accepted: int) -> None:
         """The target keeps the pending token and the accepted draft tokens."""
         self.target.rollback(len(self.seq) + n_accepted)
@@ -291,8 +298,7 @@ def speculate(
         ts = clock()
         draft_tokens, draft, decision = loop.propose()                        # propose
         td = clock()
-        rows = target.eval([loop.seq[-1]] + draft_tokens, all_rows=True)     # verify: one batch
-        verdict = verify_rows(draft_tokens, draft, rows, params, rng)
+        verdict = loop.verify(draft_tokens, draft)                            # verify: one batch
         tv = clock()
         loop.roll_back(verdict.n_accepted)                                    # roll back the rejected
         emitted, ended = emitted_tokens(draft_tokens, draft, verdict, target.is_eog, loop.detok.piece)

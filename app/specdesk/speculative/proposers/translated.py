@@ -35,7 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, top_probability
+from ..sampling import SamplingParams, top_token
 from .base import EMPTY_DRAFT, Budget, Draft
 
 SOURCE = "translated"
@@ -251,20 +251,25 @@ class TranslatedDraftProposer:
         n_draft = min(self.max_draft_tokens, math.ceil((k + 1) * self.ratio) + 1, self.ctx.n_ctx - len(full) + 1)
         if n_draft <= 0:
             return EMPTY_DRAFT
-        logits = self.ctx.prefill(full)
+        confident = self.p_min > 0
+
+        def pick(rows: np.ndarray) -> tuple[int, float]:
+            return top_token(rows[0], confident)  # read where the row lies: nothing copied
+
+        out = self.ctx.prefill(full, fn=pick)
         synced = self.ctx.last_prefill_evaluated
         gen: list[int] = []
         ended = False
         for i in range(n_draft):
-            t = int(np.argmax(logits))
+            t, conf = out
             if self.ctx.is_eog(t):
                 ended = True
                 break
-            if self.p_min > 0 and top_probability(logits) < self.p_min:
+            if self.p_min > 0 and conf < self.p_min:
                 break
             gen.append(t)
             if i + 1 < n_draft:
-                logits = self.ctx.eval([t], all_rows=False)[-1]
+                out = self.ctx.eval([t], all_rows=False, fn=pick)
         self.last_generated = len(gen)
         pieces = [self.dtok.token_bytes(t) for t in gen]
         cont = b"".join(pieces)
