@@ -287,3 +287,26 @@ def test_speculative_sampling_with_translated_drafts_follows_the_target(params, 
     assert 0 < accepted < drafted
     chi2, crit, df, _ = pooled_chi_square(counts, exact, runs)
     assert chi2 < crit, f"chi2 {chi2:.1f} >= {crit:.1f} (df {df})"
+
+
+# -- the draft's own context (issue 21, defect 3) ---------------------------------------------
+
+@pytest.mark.parametrize("draft_ctx", [100, 40, 12])
+def test_a_draft_whose_context_cannot_hold_the_text_keeps_a_window_and_never_fails_the_answer(draft_ctx):
+    """The character-level draft needs about twice the target's tokens for the same text:
+    a prompt of 60 target tokens is 118 draft tokens, more than its context holds. The
+    answer is the target's own, the draft keeps drafting from a window that fits its
+    context, and its context never overflows."""
+    prompt = TARGET.tokenize(SCRIPT[:118])
+    assert len(DRAFT.tokenize(SCRIPT[:118])) == 118 > draft_ctx and len(prompt) < 70
+    t = FakeBackend(TextOracle(TARGET, SCRIPT))
+    base = tokens(run(t, NoProposer(), max_tokens=60, prompt=prompt))
+    t = FakeBackend(TextOracle(TARGET, SCRIPT))
+    d = FakeBackend(TextOracle(DRAFT, SCRIPT), n_ctx=draft_ctx)
+    steps = run(t, TranslatedDraftProposer(d, DRAFT, TARGET), FixedK(4), max_tokens=60, prompt=prompt)
+    assert tokens(steps) == base
+    st = steps[-1].stats
+    assert st.generated == 60
+    if draft_ctx >= 40:
+        assert st.accepted > 0  # the window still drafts well
+    assert len(d.history) <= draft_ctx
