@@ -200,7 +200,7 @@ class Context:
         """Hold exactly ``tokens``: keep the longest common prefix with the history and
         evaluate only the rest, asking for the last row only (none with ``logits=False``);
         return a copy of it, or ``fn`` of a read-only view of it, shape (1, n_vocab)."""
-        tokens = list(tokens)
+        tokens = tokens if isinstance(tokens, list) else list(tokens)  # only read
         if len(tokens) > self._n_ctx:
             raise ContextOverflowError(f"{len(tokens)} tokens do not fit in a context of {self._n_ctx}")
         keep = common_prefix_length(self.history, tokens)

@@ -11,8 +11,7 @@ target's prediction for the token after ``draft[:i]``, so row ``k`` is the bonus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 
@@ -21,8 +20,7 @@ from .sampling import Warped, sample
 NextKind = Literal["correction", "bonus"]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     n_accepted: int
     next_token: int
     next_kind: NextKind
@@ -43,7 +41,7 @@ def verify_greedy(draft: Sequence[int], target_argmax: np.ndarray | Sequence[int
     k = len(draft)
     if len(target_argmax) != k + 1:
         raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {len(target_argmax)}")
-    best = [int(b) for b in target_argmax]
+    best = target_argmax.tolist() if isinstance(target_argmax, np.ndarray) else [int(b) for b in target_argmax]
     n = 0
     while n < k and best[n] == int(draft[n]):
         n += 1
