@@ -310,3 +310,38 @@ def test_a_draft_whose_context_cannot_hold_the_text_keeps_a_window_and_never_fai
     if draft_ctx >= 40:
         assert st.accepted > 0  # the window still drafts well
     assert len(d.history) <= draft_ctx
+
+
+class Counting(VocabTokenizer):
+    """A tokenizer that records the size of every text it is given."""
+
+    def __init__(self, pieces):
+        super().__init__([p.decode() for p in pieces])
+        self.sizes: list[int] = []
+
+    def tokenize(self, text):
+        self.sizes.append(len(text))
+        return super().tokenize(text)
+
+
+@pytest.mark.parametrize("repeat", [1, 12])
+def test_a_step_re_tokenizes_a_bounded_window_however_long_the_text(repeat):
+    """After the prompt, every text either tokenizer is given is bounded by the look-behind
+    windows and what is new, not by the length of the text so far (the same bound for a
+    prompt twelve times as long), and the draft evaluates each token of its text about
+    once."""
+    script = SCRIPT * repeat + SCRIPT
+    dtok, ttok = Counting(DRAFT.pieces), Counting(TARGET.pieces)
+    prompt = TARGET.tokenize(SCRIPT * repeat)
+    t = FakeBackend(TextOracle(TARGET, script))
+    d = FakeBackend(TextOracle(DRAFT, script, error_every=5))
+    prop = TranslatedDraftProposer(d, dtok, ttok)
+    prop.prepare(prompt, lambda source, hint: 1)
+    dtok.sizes.clear(), ttok.sizes.clear()
+    evaluated = d.evaluated
+    steps = run(t, prop, FixedK(4), max_tokens=60, prompt=prompt)
+    st = steps[-1].stats
+    assert 0 < st.accepted < st.drafted
+    assert max(dtok.sizes) <= 40 and max(ttok.sizes) <= 40  # bytes: a few tokens each side, and the new ones
+    generated = len(TARGET.text(tokens(steps)))
+    assert d.evaluated - evaluated < 3 * generated

@@ -61,11 +61,13 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(x - m, dtype=np.float32).sum(dtype=np.float64))
 
 
-def top_token(logits: np.ndarray, confidence: bool) -> tuple[int, float]:
-    """The argmax of a logits row and, with ``confidence``, its probability under the
-    plain softmax (else NaN): a greedy draft step, read where the row lies."""
+def top_token(logits: np.ndarray, p_min: float) -> tuple[int, float]:
+    """The argmax of a logits row and, when ``p_min`` is set, its probability under the
+    plain softmax (else NaN): a greedy draft step, read where the row lies. (The
+    probability costs an exp over the row: NumPy's exp is not vectorized on every
+    CPU, and it is then the dearest part of a greedy draft step after the decode.)"""
     t = int(logits.argmax())
-    return t, (top_probability(logits) if confidence else float("nan"))
+    return t, (top_probability(logits) if p_min > 0 else float("nan"))
 
 
 @dataclass(frozen=True)

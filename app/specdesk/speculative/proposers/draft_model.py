@@ -60,10 +60,10 @@ class DraftModelProposer:
         n_common = self.n_common
         if params.greedy:
             # the argmax (and the top probability for p-min) read where the row lies
-            confident = self.p_min > 0
+            p_min = self.p_min
 
             def pick(rows: np.ndarray):
-                return top_token(rows[0, :n_common], confident)
+                return top_token(rows[0, :n_common], p_min)
         else:
             def pick(rows: np.ndarray):
                 return warp_support(rows[0, :n_common], params)

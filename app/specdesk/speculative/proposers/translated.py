@@ -87,10 +87,8 @@ class TranslatedDraftProposer:
         # Draft tokens per target token (running estimate): how many draft tokens to
         # generate for a budget of k target tokens.
         self.ratio = ratio
-        confident = p_min > 0
-
         def pick(rows: np.ndarray) -> tuple[int, float]:
-            return top_token(rows[0], confident)  # read where the row lies: nothing copied
+            return top_token(rows[0], p_min)  # read where the row lies: nothing copied
 
         self._pick = pick
         self.reset_state()
