@@ -6,15 +6,59 @@ skip, so a broken fetch cannot turn the suite silently green.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-# The user's cache (pairing fingerprints, auto's saved costs) stays out of the tests,
-# and one test's saved costs cannot steer another's decisions run to run.
-os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-test-cache-"))
+# Every folder where an app, CLI or library run keeps user state, for the whole run.
+USER_FOLDERS = {
+    "HOME": "home",
+    "XDG_CONFIG_HOME": "home/.config",
+    "XDG_DATA_HOME": "home/.local/share",
+    "XDG_CACHE_HOME": "home/.cache",
+    "XDG_STATE_HOME": "home/.local/state",
+    "SPECDESK_CONFIG_DIR": "specdesk/config",
+    "SPECDESK_DATA_DIR": "specdesk/data",
+    "SPECDESK_CACHE_DIR": "specdesk/cache",
+}
+# Set outside, these would lead a test's download or scan to the user's own caches.
+USER_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "OLLAMA_MODELS")
+_saved_env: dict[str, str | None] = {}  # the variables as the run found them
+_run_root: list[Path] = []
+
+
+def pytest_configure(config):
+    """Tests never touch the user's files: HOME, the XDG folders and SpecDesk's own config,
+    data and cache folders point at one temporary folder for the whole run, so every
+    subprocess a test starts (the app, the CLI, the self-test) inherits them too, and one
+    test's saved costs cannot steer another's decisions run to run. Set here, before
+    collection, rather than in a session fixture: modules imported while collecting fix
+    their folders when imported (matplotlib reads its matplotlibrc from the config home)."""
+    if _run_root:
+        return
+    root = Path(tempfile.mkdtemp(prefix="specdesk-tests-"))
+    _run_root.append(root)
+    for var, rel in USER_FOLDERS.items():
+        _saved_env[var] = os.environ.get(var)
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        os.environ[var] = str(root / rel)
+    for var in USER_CACHE_VARIABLES:
+        _saved_env[var] = os.environ.pop(var, None)
+
+
+def pytest_unconfigure(config):
+    for var, old in _saved_env.items():
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
+    _saved_env.clear()
+    while _run_root:
+        shutil.rmtree(_run_root.pop(), ignore_errors=True)
+
 
 # tests/fakes.py and tests/hubserver.py are shared by the unit, integration and UI tests.
 sys.path.insert(0, str(Path(__file__).parent))

@@ -202,3 +202,74 @@ def pooled_chi_square(counts: dict, exact: dict, runs: int) -> tuple[float, floa
     crit = df * (1 - 2 / (9 * df) + 3.09 * np.sqrt(2 / (9 * df))) ** 3
     tv = 0.5 * float(np.abs(obs / runs - exp / runs).sum())
     return chi2, float(crit), df, tv
+
+
+class NoisyBenchTarget:
+    """A benchmark target (the runner's BenchTarget) over fake backends whose runs cost
+    scripted seconds on a shared FakeClock, with a shared machine's noise: each run
+    has its own load (lognormal, ``run_noise``), each eval call its own jitter
+    (``call_noise``), and now and then (``burst``) another process slows a whole run
+    down by ``burst_factor``. Seeded: a trial replays exactly.
+
+    ``same_as_none`` names configurations that run target alone's computation under
+    their own name (a proposer that cannot draft), ``speed`` scripts a configuration
+    whose every eval call is that many times faster (a real effect)."""
+
+    has_draft = False
+
+    def __init__(self, seed: int, step_seconds: float = 0.02, run_noise: float = 0.04, call_noise: float = 0.05,
+                 burst: float = 0.05, burst_factor: float = 1.3, same_as_none: Sequence[str] = (),
+                 speed: Mapping[str, float] | None = None) -> None:
+        from specdesk.speculative.proposers import NoProposer
+
+        self._none = NoProposer
+        self.rng = np.random.default_rng(seed)
+        self.clock = FakeClock()
+        self.step_seconds, self.run_noise, self.call_noise = step_seconds, run_noise, call_noise
+        self.burst, self.burst_factor = burst, burst_factor
+        self.same_as_none = set(same_as_none)
+        self.speed = dict(speed or {})
+        self._factor = 1.0
+        self.t = FakeBackend(FakeModel(n_vocab=12, seed=0), clock=self.clock, cost=self._cost)
+        self.runs = 0
+
+    def _cost(self, n: int) -> float:
+        jitter = float(np.exp(self.rng.normal(0.0, self.call_noise)))
+        return self.step_seconds * (1 + 0.9 * (n - 1)) * self._factor * jitter
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        return [1 + (ord(ch) % 11) for ch in text][:20]
+
+    def run(self, prompt, config):
+        from specdesk.session import Generation
+        from specdesk.speculative.controller import FixedK
+        from specdesk.speculative.decoder import speculate
+        from specdesk.speculative.proposers import NgramProposer
+
+        name = config.describe() if hasattr(config, "describe") else str(config)
+        self.runs += 1
+        load = float(np.exp(self.rng.normal(0.0, self.run_noise)))
+        if self.rng.random() < self.burst:
+            load *= self.burst_factor
+        self._factor = load / self.speed.get(name, 1.0)
+        plain = config.proposer == "none" or name in self.same_as_none
+        prop = self._none() if plain else NgramProposer()
+        ctl = FixedK(2 if config.k == "auto" else int(config.k))
+        steps = list(speculate(self.t, prop, ctl, prompt, params=config.sampling, max_tokens=config.max_tokens,
+                               rng=np.random.default_rng(config.seed), clock=self.clock))
+        return Generation(steps=steps, config=config, prompt=prompt)
+
+    def reset(self) -> None:
+        self.t.rollback(0)
+
+    def warm_up(self) -> None:
+        pass
+
+    def explain(self, prompt, base, other):
+        return {"verdict": "mismatch"}
+
+    def describe(self) -> dict:
+        return {"target": "fake-target", "draft": None}
+
+    def memory(self) -> dict:
+        return {"target_bytes": 100, "draft_bytes": 0, "extra_ram_bytes": 0, "extra_vram_bytes": 0}

@@ -41,7 +41,9 @@ File bodies honour ``Range: bytes=a-`` / ``bytes=a-b`` with ``206 Partial Conten
 Fault switches: ``fail_after`` (drop the connection once a body reaches a byte offset),
 ``set_status`` (answer every request for a repo or file with an error status),
 ``gate`` (require a token), ``corrupt`` (serve wrong bytes of the right size while the
-listing and headers still give the true sha256), ``set_rate`` (slow bodies down) and
+listing and headers still give the true sha256; ``from_byte`` spares the header, so only
+the tensor data is wrong), ``oversend`` (a body that goes on past the file's listed size),
+``set_rate`` (slow bodies down) and
 ``hold``/``release`` (pause a body at a byte offset) and ``override_header`` (a hostile
 ``ETag``, ``X-Linked-Etag`` or ``X-Repo-Commit`` on ``/resolve``, as a malicious mirror
 would send); ``clear_faults`` removes them all. Every request is logged in
@@ -195,7 +197,8 @@ class _State:
     faults: dict[tuple[str | None, str], _Fault] = field(default_factory=dict)
     statuses: dict[str, _Status] = field(default_factory=dict)
     gates: dict[str, str] = field(default_factory=dict)
-    corrupt: set[tuple[str | None, str]] = field(default_factory=set)
+    corrupt: dict[tuple[str | None, str], int] = field(default_factory=dict)  # -> first byte flipped
+    extra: dict[tuple[str | None, str], int] = field(default_factory=dict)  # -> bytes sent past the end
     headers: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)
 
 
@@ -324,10 +327,17 @@ class FakeHub:
             else:
                 self._state.gates[repo_id] = token
 
-    def corrupt(self, filename: str, *, repo_id: str | None = None) -> None:
-        """Serve ``filename`` with flipped bytes (same size; listing and headers unchanged)."""
+    def corrupt(self, filename: str, *, repo_id: str | None = None, from_byte: int = 0) -> None:
+        """Serve ``filename`` with its bytes from ``from_byte`` on flipped (same size;
+        listing and headers unchanged)."""
         with self._lock:
-            self._state.corrupt.add((repo_id, filename))
+            self._state.corrupt[(repo_id, filename)] = from_byte
+
+    def oversend(self, filename: str, n_bytes: int, *, repo_id: str | None = None) -> None:
+        """GETs of ``filename`` send ``n_bytes`` of zeros after the file (their
+        Content-Length counts them), while the listing and ``HEAD`` give the true size."""
+        with self._lock:
+            self._state.extra[(repo_id, filename)] = n_bytes
 
     def set_rate(self, bytes_per_second: float | None) -> None:
         """Serve file bodies at about this speed (None: as fast as possible), e.g. to
@@ -386,9 +396,16 @@ class FakeHub:
             return {**self._state.headers.get((None, filename), {}),
                     **self._state.headers.get((repo_id, filename), {})}
 
-    def _is_corrupt(self, repo_id: str, filename: str) -> bool:
+    def _corrupt_from(self, repo_id: str, filename: str) -> int | None:
+        """The first byte served flipped, or None."""
         with self._lock:
-            return (repo_id, filename) in self._state.corrupt or (None, filename) in self._state.corrupt
+            c = self._state.corrupt
+            return c.get((repo_id, filename), c.get((None, filename)))
+
+    def _extra(self, repo_id: str, filename: str) -> int:
+        with self._lock:
+            x = self._state.extra
+            return x.get((repo_id, filename), x.get((None, filename), 0))
 
     def _forced_status(self, repo_id: str | None, filename: str | None) -> tuple[_Status, str] | None:
         with self._lock:
@@ -663,6 +680,8 @@ class _Handler(BaseHTTPRequestHandler):
             req.range_start, req.range_end = start, end
             status = 206
         length = end - start + 1 if size else 0
+        extra = self.fakehub._extra(repo.repo_id, e.name) if req.method == "GET" else 0
+        length += extra
         req.status = status
         self.send_response(status)
         for k, v in headers.items():
@@ -676,7 +695,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         offset = self.fakehub._take_fault(repo.repo_id, e.name)
         stop = None if offset is None else max(offset, start)
-        corrupt = self.fakehub._is_corrupt(repo.repo_id, e.name)
+        corrupt = self.fakehub._corrupt_from(repo.repo_id, e.name)
         hold = self.fakehub._hold_for(e.name)
         pos = start
         while pos <= end:
@@ -695,8 +714,9 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     n = min(n, hold[0] - pos)
             data = e.read(pos, n)
-            if corrupt:
-                data = data.translate(_FLIP)
+            if corrupt is not None and pos + len(data) > corrupt:
+                k = max(0, corrupt - pos)
+                data = data[:k] + data[k:].translate(_FLIP)
             req.bytes_sent += len(data)  # counted first: the client may have it before write() returns
             try:
                 self.wfile.write(data)
@@ -710,6 +730,11 @@ class _Handler(BaseHTTPRequestHandler):
         if stop is not None and stop <= end:
             req.dropped = True
             raise _Drop()
+        zeros = bytes(_CHUNK)
+        while extra > 0:
+            self.wfile.write(zeros[:extra])
+            req.bytes_sent += min(extra, _CHUNK)
+            extra -= _CHUNK
 
     def _json(self, req: HubRequest, obj) -> None:
         body = json.dumps(obj).encode()

@@ -35,6 +35,11 @@ Route on the file host:
 whose ``data/manifest.json`` (the bundle's manifest, as ``paths.manifest_path`` finds it
 outside a checkout) names small fake models, and empty models, cache and data folders.
 
+Hostile listings: ``link(dist, version, url)`` lists a wheel whose link is any URL
+(``file:///home/me/.ssh/id_rsa``, ``ftp://…``, ``data:…``); ``redirect_file(file, url)`` makes
+``/packages/<file>`` answer ``302`` to any URL; ``oversend(file, n)`` makes the file host
+send ``n`` bytes more than the listed size (a body that does not stop).
+
 Fault switches: ``wrong_hash(file)`` (the page lists a wrong sha256), ``set_status(path
 or file, code)`` (answer that code instead), ``hold(file)`` (pause the body half way
 until released), ``hashes="none"`` (list no hashes), ``fail_next(path or file, n,
@@ -160,6 +165,9 @@ class _File:
     data: bytes
     sha256: str
     listed_sha256: str
+    url: str | None = None  # the link the pages give, when not the index's own
+    location: str | None = None  # where /packages/<file> redirects, when not the file host
+    extra: int = 0  # bytes the file host sends past the file's end
 
 
 class Hold:
@@ -290,6 +298,22 @@ class FakeIndex:
                                    hashlib.sha256(blob).hexdigest())
         return fn
 
+    def link(self, dist: str, version: str, url: str, *, data: bytes = b"", tag: str = "py3-none-any") -> str:
+        """List a wheel whose link is ``url`` (any scheme); ``data``: what the listing's
+        size and sha256 describe. Returns its file name."""
+        fn = self.add(dist, version, tag=tag, data=data)
+        self.files[fn].url = url
+        return fn
+
+    def redirect_file(self, filename: str, location: str) -> None:
+        """``/packages/<filename>`` answers ``302`` to ``location`` (any scheme)."""
+        self.files[filename].location = location
+
+    def oversend(self, filename: str, n_bytes: int) -> None:
+        """The file host sends ``n_bytes`` of zeros after the file (its Content-Length
+        says so too), while the pages still list the true size."""
+        self.files[filename].extra = n_bytes
+
     def wrong_hash(self, filename: str) -> None:
         self.files[filename].listed_sha256 = hashlib.sha256(b"something else").hexdigest()
 
@@ -333,6 +357,8 @@ class FakeIndex:
             return [f for f in self.files.values() if f.project == project]
 
     def _file_url(self, f: _File) -> str:
+        if f.url is not None:
+            return f.url
         if self.redirect:
             return f"/packages/{f.filename}"  # relative to the index: resolved by the client
         return f"{self.files_root}/files/{f.filename}"
@@ -435,7 +461,10 @@ def _make_handler(owner: FakeIndex, server: str):
             if path in owner.statuses:
                 return self._send(req, owner.statuses[path], b"forced status")
             if path.startswith("/packages/"):
-                return self._send(req, 302, b"", headers={"Location": f"{owner.files_root}/files/{path[len('/packages/'):]}"})
+                fn = path[len("/packages/"):]
+                listed = owner.files.get(fn)
+                location = listed.location if listed is not None and listed.location else f"{owner.files_root}/files/{fn}"
+                return self._send(req, 302, b"", headers={"Location": location})
             if not path.startswith(("/simple/", "/find-links/")):
                 return self._send(req, 404, b"not found")
             if owner.auth:
@@ -465,6 +494,19 @@ def _make_handler(owner: FakeIndex, server: str):
                 return self._send(req, 200, owner.page_html(name), HTML_TYPE + "; charset=utf-8")
             return self._send(req, 406, b"not acceptable")
 
+        def _oversend(self, req: IndexRequest, f: _File) -> None:
+            req.status, req.content_type = 200, "application/octet-stream"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(f.data) + f.extra))
+            self.end_headers()
+            self.wfile.write(f.data)
+            zeros = bytes(1 << 16)
+            left = f.extra
+            while left > 0:
+                self.wfile.write(zeros[:left])
+                left -= len(zeros)
+
         def _files(self, req: IndexRequest) -> None:
             fn = req.path[len("/files/"):] if req.path.startswith("/files/") else None
             f = owner.files.get(fn) if fn else None
@@ -473,6 +515,8 @@ def _make_handler(owner: FakeIndex, server: str):
             if f is None:
                 return self._send(req, 404, b"not found")
             hold = owner.holds.get(fn)
+            if f.extra:
+                return self._oversend(req, f)
             if hold is None:
                 return self._send(req, 200, f.data, "application/octet-stream")
             req.status, req.content_type = 200, "application/octet-stream"

@@ -26,6 +26,7 @@ OUT.mkdir(parents=True, exist_ok=True)
 _tmp = tempfile.mkdtemp(prefix="specdesk-drop-shots-")
 os.environ["SPECDESK_DATA_DIR"] = str(Path(_tmp) / "data")
 os.environ["XDG_CONFIG_HOME"] = str(Path(_tmp) / "config")  # the app's settings stay out of the user's
+os.environ["SPECDESK_CONFIG_DIR"] = str(Path(_tmp) / "config")
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QMimeData, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDragMoveEvent, QDropEvent, QGuiApplication  # noqa: E402

@@ -18,6 +18,7 @@ from pathlib import Path
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "assets" / "screenshots")
 OUT.mkdir(parents=True, exist_ok=True)
 os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
+os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-config-")  # never the user's settings
 
 from PySide6.QtCore import QSettings, QTimer  # noqa: E402
 
@@ -94,7 +95,8 @@ def chat() -> None:
         w.tabs.setCurrentWidget(tab)
         for name, box in tab.config_boxes.items():
             box.setChecked(name in ("draft:k=2", "draft:k=4", "draft:auto", "ngram"))
-        tab.repeats.setValue(1)
+        tab.until_sure.setChecked(True)
+        tab.max_repeats.setValue(3)
         tab.max_tokens.setValue(48)
         tab.use_advisor.setChecked(True)
         tab.prompt.setPlainText(

@@ -10,9 +10,12 @@ panel and the Send row are on screen, and saves a screenshot named after the scr
 size. Exit code 0 when every check passes.
 
 With ``--compare`` it then runs a small comparison on the Compare tab (target alone,
-two draft lengths and n-gram, one repeat, a code-editing prompt) and checks that the
-form, the results table (no sideways scrolling), the chart and the answer columns
-(monospace, not word-wrapped) are all on screen, and saves compare-WxH.png.
+two draft lengths and n-gram, run until sure within +-3% or ``--compare-repeats``
+repeats, a code-editing prompt) and checks that the form, the results table (no
+sideways scrolling, intervals and verdicts shown), the chart and the answer columns
+(monospace, not word-wrapped) are all on screen, and saves compare-WxH.png; then it
+replays the answers and, halfway through the slowest, saves compare-replay-WxH.png
+(the race, its clock and every lane partly typed out).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ def main() -> int:
     ap.add_argument("--prompt", default="Write a Python function that reverses a string.")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--compare", action="store_true", help="also run a small comparison and check the Compare tab")
+    ap.add_argument("--compare-repeats", type=int, default=3, help="the comparison's budget of repeats (until sure)")
     args = ap.parse_args()
     os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-window-"))
+    os.environ.setdefault("SPECDESK_CONFIG_DIR", tempfile.mkdtemp(prefix="specdesk-window-config-"))  # never the user's settings
 
     from PySide6.QtCore import QEventLoop, QPoint, Qt, QTimer
     from PySide6.QtTest import QTest
@@ -91,22 +96,25 @@ def main() -> int:
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")
     if args.compare:
-        checks.update(compare_checks(app, w, screen, wait, args.out))
+        checks.update(compare_checks(app, w, screen, wait, args.out, args.compare_repeats))
     w.close()
     return 0 if all(checks.values()) else 1
 
 
-def compare_checks(app, w, screen, wait, out: Path) -> dict[str, bool]:
+def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[str, bool]:
     from PySide6.QtCore import QPoint, QRect
-    from PySide6.QtGui import QFontInfo
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
+
+    from specdesk.ui.fonts import draws_monospace
 
     tab = w.compare
     w.tabs.setCurrentWidget(tab)
     for name, box in tab.config_boxes.items():
         box.setChecked(name in ("draft:k=2", "draft:auto", "ngram"))
-    tab.repeats.setValue(1)
+    tab.until_sure.setChecked(True)
+    tab.sure_within.setValue(3.0)
+    tab.max_repeats.setValue(max(2, repeats))
     tab.max_tokens.setValue(64)
     tab.use_advisor.setChecked(False)
     tab.prompt.setPlainText(
@@ -139,14 +147,29 @@ def compare_checks(app, w, screen, wait, out: Path) -> dict[str, bool]:
         "chart on screen": on_screen(tab.chart),
         "one answer column per configuration": len(views) == tab.table.rowCount() > 0,
         "answers whole on screen": bool(views) and all(on_screen(v) for v in views),
-        "answers in monospace": bool(views) and all(QFontInfo(v.font()).fixedPitch() for v in views),
+        "answers in monospace": bool(views) and all(draws_monospace(v.font()) for v in views),
         "answers not word-wrapped": bool(views) and all(
             (v.lineWrapMode() == QTextEdit.LineWrapMode.NoWrap) if isinstance(v, QTextEdit)
             else (v.lineWrapMode() == QPlainTextEdit.LineWrapMode.NoWrap) for v in views),
     }
+    checks["every speedup with its interval and verdict"] = all(
+        "(" in tab.table.item(r, 2).text() and (tab.table.item(r, 3).text() in ("faster", "slower")
+                                                or tab.table.item(r, 3).text().startswith("within noise"))
+        for r in range(1, tab.table.rowCount()))
     name = out / f"compare-{screen.width()}x{screen.height()}.png"
     app.primaryScreen().grabWindow(0).save(str(name))
     print(f"compare tab: saved {name}")
+    race = tab.race
+    race.replay()
+    QTest.qWait(int(1000 * race.end / 2))
+    app.processEvents()
+    partial = [0 < len(lane.text()) < len(lane.run["text"]) for lane in race.lanes]
+    checks["replay: the clock runs and the answers type out at their own speeds"] = (
+        race.replaying and bool(race.clock_label.text()) and any(partial))
+    name = out / f"compare-replay-{screen.width()}x{screen.height()}.png"
+    app.primaryScreen().grabWindow(0).save(str(name))
+    print(f"compare tab, replaying: saved {name}")
+    race.stop()
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")
     return checks

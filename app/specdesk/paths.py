@@ -56,6 +56,16 @@ def user_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME.lower(), appauthor=False))
 
 
+def user_config_dir() -> Path | None:
+    """$SPECDESK_CONFIG_DIR, the config home for SpecDesk's settings when it is set (tests,
+    the self-test, a second profile): the settings are then an INI file there,
+    ``SpecDesk/SpecDesk.ini``, on every platform. None: where the platform keeps them
+    (Qt's choice: ``~/.config/SpecDesk/SpecDesk.conf`` on Linux, the registry on Windows,
+    a plist on macOS)."""
+    env = os.environ.get("SPECDESK_CONFIG_DIR")
+    return Path(env).expanduser() if env else None
+
+
 def frozen() -> bool:
     return bool(getattr(sys, "frozen", False))
 

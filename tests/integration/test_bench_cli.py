@@ -3,6 +3,7 @@ changes nothing."""
 
 import csv
 import json
+import math
 import statistics
 
 import pytest
@@ -35,19 +36,27 @@ def test_report_files_and_figures_add_up(report):
     res = json.loads((out / "report.json").read_text())
     runs = res["runs"]
     assert len(runs) == 2 * 2 * 2  # prompts x repeats x configs
-    assert [x["config"] for x in runs[:4]] == ["none", "draft:k=2", "draft:k=2", "none"]  # interleaved, rotated
+    # interleaved, repeat after repeat, the order rotated from one repeat to the next
+    assert [(x["prompt_id"], x["repeat"], x["config"]) for x in runs] == [
+        ("colours", 0, "none"), ("colours", 0, "draft:k=2"), ("add", 0, "none"), ("add", 0, "draft:k=2"),
+        ("colours", 1, "draft:k=2"), ("colours", 1, "none"), ("add", 1, "draft:k=2"), ("add", 1, "none")]
     for x in runs:
         st = x["stats"]
         assert st["generated"] <= 16 and st["accepted"] <= st["drafted"]
         assert st["tokens_per_second"] == pytest.approx(st["generated"] / st["decode_seconds"])
-    # the summary's speedup is the median over prompts of the median paired ratio
+        assert sum(x["timeline"]["n"]) == st["generated"]  # when each token was produced
+    # the summary's speedup is the geometric mean of the paired ratios (per prompt, then over prompts)
     by = {(x["prompt_id"], x["repeat"], x["config"]): x["stats"]["tokens_per_second"] for x in runs}
-    per_prompt = [
-        statistics.median(by[(p, rep, "draft:k=2")] / by[(p, rep, "none")] for rep in (0, 1))
-        for p in ("colours", "add")
-    ]
+    logs = {p: [math.log(by[(p, rep, "draft:k=2")] / by[(p, rep, "none")]) for rep in (0, 1)] for p in ("colours", "add")}
+    centre = statistics.mean(statistics.mean(v) for v in logs.values())
     row = next(x for x in res["summary"]["per_suite"] if x["config"] == "draft:k=2")
-    assert row["speedup"] == pytest.approx(statistics.median(per_prompt))
+    assert row["speedup"] == pytest.approx(math.exp(centre))
+    lo, hi = row["speedup_ci"]
+    assert lo < row["speedup"] < hi and row["pairs"] == 4 and row["spread_df"] == 2
+    assert row["verdict"] == ("faster" if lo > 1 else "slower" if hi < 1 else "within-noise")
+    assert row["detectable"] == pytest.approx(math.sqrt(hi / lo) - 1)
+    assert res["stopping"] == {"mode": "fixed", "repeats": 2, "reason": "repeats"}
+    assert res["summary"]["noise"]["runs"] == 4 and res["drift"]["by_batch"]  # the drift, as the app measures it
     drafted = sum(x["stats"]["drafted"] for x in runs if x["config"] == "draft:k=2")
     accepted = sum(x["stats"]["accepted"] for x in runs if x["config"] == "draft:k=2")
     assert row["acceptance"] == pytest.approx(accepted / drafted)
@@ -56,7 +65,7 @@ def test_report_files_and_figures_add_up(report):
     assert len(rows) == len(runs)
     assert sum(int(x["generated"]) for x in rows) == sum(x["stats"]["generated"] for x in runs)
     md = (out / "report.md").read_text()
-    assert "draft:k=2" in md and f"{row['speedup']:.2f}" in md
+    assert "draft:k=2" in md and f"{row['speedup']:.2f}× ({lo:.2f}–{hi:.2f})" in md and "**How sure:**" in md
     for png in ("speedup.png", "acceptance_by_position.png", "tokens_per_second.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "draft:k=2" in r.stdout  # the markdown table is printed too
@@ -69,6 +78,9 @@ def test_report_files_and_figures_add_up(report):
         (["--configs", "none,draft:k=0"], ["k must be"]),
         (["--configs", "none,warp"], ["unknown config"]),
         (["--configs", "none,draft+history"], ["only ngram takes history"]),
+        (["--until-sure", "0"], ["until-sure must be in"]),
+        (["--until-sure", "--max-repeats", "1"], ["max repeats must be at least 2"]),
+        (["--until-sure", "--time-budget", "-1"], ["time-budget must be in"]),
     ],
 )
 def test_bad_suite_or_config(args, needles, smol_path, tmp_path):
@@ -150,3 +162,20 @@ def test_compare_names_a_translated_draft(smol_path, qwen_draft_path):
             timeout=900)
     assert r.returncode == 0, r.stderr
     assert "speculative (translated:k=2)" in r.stdout
+
+
+def test_bench_until_sure_stops_at_its_repeat_budget_and_says_so(smol_path, tmp_path):
+    """At +-0.5% three repeats of one prompt cannot be sure here: the bench stops at its
+    budget, prints each repeat's state, and the report says why it stopped."""
+    p = tmp_path / "one.jsonl"
+    p.write_text('{"id": "count", "prompt": "Count from one to five."}\n')
+    out = tmp_path / "out"
+    r = cli("bench", "--target", smol_path, "--ctx", "512", "--threads", "2", "--suite", p, "--configs", "none,ngram",
+            "--until-sure", "0.5", "--max-repeats", "3", "--max-tokens", "12", "--out", out, "--no-advisor", timeout=900)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "report.json").read_text())
+    assert res["stopping"]["mode"] == "until-sure" and res["stopping"]["repeats"] == 3
+    assert res["stopping"]["reason"] == "repeats" and len(res["runs"]) == 3 * 2
+    assert res["meta"]["settings"]["until_sure"]["half_width"] == 0.005
+    assert "repeat 1 of at most 3; ngram:auto" in r.stderr and "Stopped at the budget of 3 repeats" in r.stderr
+    assert "Stopped at the budget of 3 repeats" in (out / "report.md").read_text()

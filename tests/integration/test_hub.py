@@ -2,7 +2,9 @@
 
 Everything goes over real HTTP on 127.0.0.1 through the real huggingface_hub client:
 nothing of huggingface_hub is mocked. The served files are the real SmolLM2 test model
-(98 MB) and small GGUF files written with gguf-py's GGUFWriter here.
+(98 MB), SmolLM2 split into three parts as gguf-split writes them, small GGUF files
+written with gguf-py's GGUFWriter here, and a tiny complete llama model
+(tests/data/gguf/tiny_gguf.py), whole and split, that llama.cpp loads.
 """
 
 from __future__ import annotations
@@ -29,26 +31,29 @@ from specdesk.library import hub as hubmod
 from specdesk.library.hub import DownloadError, HubFile, HubModelFile
 from specdesk.library.hub import transfer as hubtransfer
 from specdesk.cli.download import add_download_parser, cmd_download
+from specdesk.fmt import format_download_size
+from specdesk.library.gguf import validate_gguf
+from specdesk.session import GenerationConfig, ModelSpec, Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
+from split_gguf import split_gguf  # noqa: E402
+from tiny_gguf import write_tiny_llama  # noqa: E402
 
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUANTS = ["Q4_K_M", "Q8_0", "F16", "IQ4_XS", "BF16"]
 SPLIT = [f"big-Q8_0-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
 GATED = [f"g-Q4_0-{i:05d}-of-00002.gguf" for i in (1, 2)]
+SMOL_SPLIT = [f"SmolLM2-135M-Instruct.Q4_1-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+TINY = "tiny-llama-Q8_0.gguf"
 # huggingface_hub's http_get writes (and reports progress) in chunks of this size
 CHUNK = hf_constants.DOWNLOAD_CHUNK_SIZE
 
 
-def _tiny_gguf(path: Path, split: tuple[int, int] | None = None) -> Path:
-    """A small structurally valid GGUF (not a loadable model); with split=(no, count)
-    the split.* keys of a part of a split model."""
+def _tiny_gguf(path: Path) -> Path:
+    """A small structurally valid GGUF (not a loadable model)."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(path.stem)
-    if split is not None:
-        no, count = split
-        w.add_uint16("split.no", no)
-        w.add_uint16("split.count", count)
-        w.add_int32("split.tensors.count", count)
-    w.add_tensor(f"t{split[0] if split else 0}", np.arange(64 * (1 + (split or (0,))[0]), dtype=np.float32))
+    w.add_tensor("t0", np.arange(64, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -84,16 +89,19 @@ def _blobs(cache: Path, repo_id: str) -> list[str]:
 def served(tmp_path_factory, smol_path):
     d = tmp_path_factory.mktemp("served")
     mixed: dict = {f"tiny-{q}.gguf": _tiny_gguf(d / f"tiny-{q}.gguf") for q in QUANTS}
-    for i, name in enumerate(SPLIT):
-        mixed[name] = _tiny_gguf(d / name, (i, len(SPLIT)))
+    tiny = write_tiny_llama(d / TINY)
+    mixed.update(zip(SPLIT, split_gguf(tiny, d / "big-Q8_0.gguf", len(SPLIT))))
     mixed["mmproj-F16.gguf"] = mixed["tiny-F16.gguf"]
     mixed["README.md"] = b"# mixed\n"
     mixed["config.json"] = b"{}"
-    gated = {name: _tiny_gguf(d / name, (i, len(GATED))) for i, name in enumerate(GATED)}
+    gated = dict(zip(GATED, split_gguf(tiny, d / "g-Q4_0.gguf", len(GATED))))
+    smol_split = dict(zip(SMOL_SPLIT, split_gguf(smol_path, d / "smol" / SMOL, len(SMOL_SPLIT))))
     return {
         "org/mixed": mixed,
         "org/split": {name: mixed[name] for name in SPLIT},
         "org/smol": {SMOL: smol_path, "README.md": b"# SmolLM2\n"},
+        "org/smol-split": smol_split,
+        "org/tiny": {TINY: tiny},
         "org/bad": {
             "html-Q4_0.gguf": b"<!DOCTYPE html><html>Sign in</html>" + b" " * 4000,
             "corrupt-Q8_0.gguf": _tiny_gguf(d / "corrupt-Q8_0.gguf"),
@@ -327,6 +335,57 @@ def test_split_model_downloads_as_a_set(hub, cache, served):
     assert {r.filename for r in hub.requests if r.method == "GET" and r.kind == "cdn"} == set(SPLIT)
 
 
+def test_a_split_model_resumes_an_interrupted_part_then_loads_from_any_part(hub, cache, served, smol_path):
+    """SmolLM2 in three parts, as gguf-split writes them: part 2's transfer dies after one
+    chunk; the next call asks only for the rest of part 2 and part 3, the set validates as
+    one model, and named by its second part it generates what the single file generates."""
+    model = hubmod.pick(hubmod.list_gguf("org/smol-split"))
+    assert model.is_split and model.n_parts == 3 and model.name == SMOL
+    sizes = {name: served["org/smol-split"][name].stat().st_size for name in SMOL_SPLIT}
+    cut = CHUNK  # a chunk boundary: what was sent before the cut is kept
+    hub.fail_after(SMOL_SPLIT[1], cut)  # every try dies there, so the call gives up
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/smol-split", model)
+    assert _one_line(e.value).startswith(f"download of {SMOL_SPLIT[1]} was interrupted after 10.5 MB of ")
+    hub.clear_faults()
+    hub.clear_log()
+    path = hubmod.download("org/smol-split", model)
+    snap = cache / "models--org--smol-split" / "snapshots" / hub.commit("org/smol-split")
+    assert path == snap / SMOL_SPLIT[0]
+    assert hub.downloads(SMOL_SPLIT[0]) == []  # complete before the cut: not asked again
+    [resumed] = hub.downloads(SMOL_SPLIT[1])
+    assert resumed.range_start == cut and resumed.bytes_sent == sizes[SMOL_SPLIT[1]] - cut
+    assert [r.range_start for r in hub.downloads(SMOL_SPLIT[2])] == [None]
+    for name in SMOL_SPLIT:
+        assert _sha256(snap / name) == hub.sha256("org/smol-split", name)
+
+    g = validate_gguf(snap / SMOL_SPLIT[2])
+    assert g.path == path and len(g.tensors) == len(validate_gguf(smol_path).tensors)
+    config = GenerationConfig(proposer="none", max_tokens=12)
+    with Session.load(ModelSpec(snap / SMOL_SPLIT[1], n_ctx=256, threads=2), remember_costs=False) as s:
+        assert s.target.spec.path == path  # llama.cpp is handed the first part
+        split_tokens = s.run(s.raw_prompt("The capital of France is"), config).tokens
+    with Session.load(ModelSpec(smol_path, n_ctx=256, threads=2), remember_costs=False) as s:
+        whole_tokens = s.run(s.raw_prompt("The capital of France is"), config).tokens
+    assert len(split_tokens) == 12 and split_tokens == whole_tokens
+
+
+def test_a_split_download_with_a_mismatched_part_is_refused_and_removed(hub, cache, served):
+    """A repo whose part 2 belongs to another set (the same tiny model split in two):
+    every part arrives with the right checksum, but the set does not load; the download
+    says which part is wrong and keeps nothing where llama.cpp would look."""
+    hub.add_file("org/mismatch", SPLIT[0], served["org/mixed"][SPLIT[0]])
+    hub.add_file("org/mismatch", SPLIT[1], served["org/gated"][GATED[1]])
+    hub.add_file("org/mismatch", SPLIT[2], served["org/mixed"][SPLIT[2]])
+    model = hubmod.pick(hubmod.list_gguf("org/mismatch"))
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/mismatch", model)
+    msg = _one_line(e.value)
+    assert msg.startswith("big-Q8_0.gguf from org/mismatch is not a usable GGUF model and was removed: ")
+    assert f"{SPLIT[1]}: split.count is 2, but {SPLIT[0]} says the model has 3 parts" in msg
+    assert _snapshot_files(cache, "org/mismatch") == []
+
+
 def test_incomplete_split_set_is_refused(hub):
     model = hubmod.pick(hubmod.list_gguf("org/mixed"), filename="big-Q8_0.gguf")
     two = HubModelFile(model.quant, model.files[:2])
@@ -414,6 +473,70 @@ def test_corrupt_download_is_rejected(hub, cache):
     assert msg.startswith("corrupt-Q8_0.gguf: checksum mismatch")
     assert hub.sha256("org/bad", "corrupt-Q8_0.gguf")[:16] in msg
     assert _snapshot_files(cache, "org/bad") == [] and _blobs(cache, "org/bad") == []
+
+
+def test_a_mirror_etag_that_is_not_a_sha256_still_gets_the_listed_checksum_checked(hub, cache, served):
+    """A mirror answers an etag that is no sha256 ("mirror-7f3a"), and sends wrong tensor
+    bytes (the header intact, so the GGUF checks cannot tell): the sha256 the repo's
+    listing gives catches it, and nothing is kept."""
+    size = served["org/tiny"][TINY].stat().st_size
+    for header in ("ETag", "X-Linked-Etag"):
+        hub.override_header(TINY, header, '"mirror-7f3a"')
+    hub.corrupt(TINY, from_byte=size - 64)
+    model = hubmod.pick(hubmod.list_gguf("org/tiny"))
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/tiny", model)
+    msg = _one_line(e.value)
+    assert msg.startswith(f"{TINY}: checksum mismatch") and hub.sha256("org/tiny", TINY)[:16] in msg
+    assert _snapshot_files(cache, "org/tiny") == [] and _blobs(cache, "org/tiny") == []
+    # the same mirror sending the right bytes: accepted, under its own etag
+    hub.clear_faults()
+    for header in ("ETag", "X-Linked-Etag"):
+        hub.override_header(TINY, header, '"mirror-7f3a"')
+    path = hubmod.download("org/tiny", model)
+    assert _sha256(path) == hub.sha256("org/tiny", TINY) and _blobs(cache, "org/tiny") == ["mirror-7f3a"]
+
+
+class _Counting:
+    """The partial file, counting the bytes written to it."""
+
+    def __init__(self, f, counts: list[int]) -> None:
+        self._f, self._counts = f, counts
+
+    def write(self, data) -> int:
+        self._counts[-1] += len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+def test_a_server_that_sends_more_than_the_listed_size_is_stopped_there(hub, cache, served, monkeypatch):
+    """The listing and HEAD say the file's size, the body goes on for 3 chunks more:
+    no more than the listed size is ever written, and the partial file is deleted."""
+    size = served["org/tiny"][TINY].stat().st_size
+    counts: list[int] = []
+    real_open = hubtransfer._open_partial
+
+    def counting_open(path):
+        counts.append(0)
+        return _Counting(real_open(path), counts)
+
+    monkeypatch.setattr(hubtransfer, "_open_partial", counting_open)
+    hub.oversend(TINY, 3 * CHUNK)
+    model = hubmod.pick(hubmod.list_gguf("org/tiny"))
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/tiny", model)
+    assert counts and max(counts) <= size
+    assert _one_line(e.value) == (f"{TINY}: the server sent more than the {format_download_size(size)} the Hub lists; "
+                                  "stopped there and deleted the partial download")
+    assert _snapshot_files(cache, "org/tiny") == [] and _blobs(cache, "org/tiny") == []
 
 
 def _files_outside(root: Path, cache: Path) -> set[Path]:

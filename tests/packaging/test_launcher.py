@@ -290,7 +290,7 @@ def test_self_test_leaves_the_users_data_alone(tmp_path, monkeypatch):
     home = tmp_path / "home"
     env = dict(os.environ, HOME=str(home), XDG_DATA_HOME=str(home / "share"), XDG_CONFIG_HOME=str(home / "config"),
                XDG_CACHE_HOME=str(home / "cache"))
-    for k in ("SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR"):
+    for k in ("SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR", "SPECDESK_CONFIG_DIR"):  # as a user runs it
         env.pop(k, None)
     code = "import sys; from specdesk.ui.selftest import run_self_test; sys.exit(run_self_test(sys.argv[1], None, timeout=200))"
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.gguf")], env=env, capture_output=True, text=True,

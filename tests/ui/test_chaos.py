@@ -42,7 +42,7 @@ from PySide6.QtCore import Qt, QtMsgType, QTimer, qInstallMessageHandler
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from specdesk.engine.chat import valid_roles
+from specdesk.chat.sandbox import valid_roles
 from specdesk.session import Session
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import PROPOSER_LABELS, ChatSettings, SettingsDialog
@@ -369,7 +369,7 @@ class Monkey:
         if self.chance(0.6):
             self.w.regen_btn.click()
             return "regenerate (button)"
-        self.w.regenerate()
+        self.w.chats.regenerate()
         return "regenerate (api)"
 
     def switch_chat(self) -> str:
@@ -393,7 +393,7 @@ class Monkey:
         if self.chance(0.6):
             self.w.sidebar.delete_chat_btn.click()
             return "delete chat (button)"
-        self.w.delete_chat()
+        self.w.chats.delete_chat()
         return "delete chat (api)"
 
     def clear_chat(self) -> str:
@@ -409,6 +409,8 @@ class Monkey:
         for name, box in c.config_boxes.items():
             box.setChecked(name in picks)
         c.extra_configs.setText("")
+        c.until_sure.setChecked(self.chance(0.3))  # the app's default mode, with a small budget
+        c.max_repeats.setValue(2)
         c.repeats.setValue(1)
         c.max_tokens.setValue(8)
         c.temperature.setValue(float(self.pick([0.0, 0.7])))
@@ -631,7 +633,7 @@ def _shown_and_stored(w):
     return [(r, t) for r, t, _ in w.chat_view.messages()], [(m.role, m.content) for m in w.store.messages(w.chat_id)]
 
 
-@pytest.mark.parametrize("stop_lands", ["as it comes", "before the prompt is read"])
+@pytest.mark.parametrize("stop_lands", ["as it comes", "before the template renders", "before the prompt is read"])
 def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window, monkeypatch, stop_lands):
     """Seed 11: an answer stopped before its first token was shown as an empty
     answer that was never stored (and enabled Regenerate and Copy on nothing)."""
@@ -641,11 +643,13 @@ def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window, mo
     _load(qtbot, w, *window_models(w))
     _settle(qtbot, w)
     stopped = threading.Event()
-    if stop_lands == "before the prompt is read":
+    if stop_lands != "as it comes":
         real_fit = mw.fit_chat
 
         def fit_after_stop(*args, **kwargs):
-            stopped.wait(30)  # the worker reaches the prompt only once Stop was pressed
+            stopped.wait(30)  # the worker reaches the chat template only once Stop was pressed
+            if stop_lands == "before the prompt is read":
+                kwargs["cancel"] = None  # the template renders in spite of Stop; the prompt's evaluation sees it
             return real_fit(*args, **kwargs)
 
         monkeypatch.setattr(mw, "fit_chat", fit_after_stop)
@@ -654,15 +658,20 @@ def test_stop_before_the_first_token_shows_only_what_is_stored(qtbot, window, mo
     assert w.send("Say hi.")
     w.stop_generation()  # long before the prompt is evaluated
     stopped.set()
-    # Where the worker is when Stop lands decides the path: inside the prompt's
-    # evaluation the decoder raises Cancelled (no Generation); before its first
-    # step it ends with a "cancelled" step. Either way the window must settle the same.
+    # Where the worker is when Stop lands decides the path: before (or during) the
+    # chat template's render nothing was sent, and the message goes back to the box;
+    # inside the prompt's evaluation the decoder raises Cancelled (no Generation);
+    # before its first step it ends with a "cancelled" step. Either way what the
+    # window shows is what is stored.
     qtbot.waitUntil(lambda: not w.generating, timeout=LOAD_TIMEOUT)
     assert all(g.text == "" for g in finished)
-    if stop_lands == "before the prompt is read":
+    if stop_lands != "as it comes":
         assert not finished  # the prompt phase raised Cancelled: no Generation at all
     shown, stored = _shown_and_stored(w)
-    assert shown == stored == [("user", "Say hi.")]
+    sent = stop_lands == "before the prompt is read" or (stop_lands == "as it comes" and bool(stored))
+    assert shown == stored == ([("user", "Say hi.")] if sent else [])
+    if not sent:
+        assert w.input.toPlainText() == "Say hi."
     assert not w.chat_panel.has_answer()
 
 

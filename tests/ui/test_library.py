@@ -136,3 +136,54 @@ def test_download_from_the_hub_dialog(qtbot, window, library_env, smol_path):
             del os.environ["HF_ENDPOINT"]
     entries = _scanned(qtbot, window)
     assert any("hf-cache" in e.sources for e in entries)
+
+
+@pytest.fixture
+def split_in_hf_cache(library_env, smol_path, tmp_path_factory):
+    """SmolLM2 in three parts in the Hugging Face cache, laid out as huggingface_hub
+    writes it: blobs named by their sha256, snapshot links named by part."""
+    import hashlib
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
+    from split_gguf import split_gguf
+
+    parts = split_gguf(smol_path, tmp_path_factory.mktemp("split") / "smol-split.gguf", 3)
+    repo = library_env / "hf-cache" / "models--org--smol-split-GGUF"
+    snapshot = repo / "snapshots" / ("d" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    for part in parts:
+        sha = hashlib.sha256(part.read_bytes()).hexdigest()
+        shutil.move(part, repo / "blobs" / sha)
+        os.symlink(f"../../blobs/{sha}", snapshot / part.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("d" * 40)
+    return snapshot / parts[0].name
+
+
+def test_a_split_model_is_one_row_and_one_choice_and_loads(qtbot, window, library_env, split_in_hf_cache):
+    """One library row ("in 3 parts"), one item in each picker, by its first part's
+    snapshot link (not the blob it points to, whose name llama.cpp could not follow),
+    and it loads as the target."""
+    first = split_in_hf_cache
+    entries = _scanned(qtbot, window)
+    [entry] = [e for e in entries if e.repo_id == "org/smol-split-GGUF"]
+    assert entry.path == first and entry.valid and entry.parts == 3
+    t = window.library.table
+    [row] = [r for r in range(t.rowCount()) if t.item(r, 7).text() == str(first)]
+    assert t.item(row, 5).text().endswith(" in 3 parts") and t.item(row, 6).text() == "ok"
+    combo = window.target_combo
+    datas = [combo.itemData(i) for i in range(combo.count())]
+    assert datas.count(str(first)) == 1 and not any("-0000" in d and d != str(first) for d in datas)
+    smol = (library_env / "models" / "smol.gguf").resolve()
+    with qtbot.waitSignal(window.pairing_checked, timeout=120_000, check_params_cb=lambda a: a[0] == smol):
+        combo.setCurrentIndex(combo.findData(str(smol)))
+    drafts = [window.draft_combo.itemData(i) for i in range(window.draft_combo.count())]
+    assert drafts.count(str(first)) == 1  # the split model drafts for SmolLM2: one choice
+    window.library.select_path(first)
+    with qtbot.waitSignal(window.models_changed, timeout=180_000) as b:
+        window.library.target_btn.click()
+    s = b.args[0]
+    assert s is not None and s.target.spec.path == first

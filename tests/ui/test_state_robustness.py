@@ -10,7 +10,7 @@ import json
 from PySide6.QtCore import QSettings
 
 from specdesk.cli.output import LOG_INTERVAL_S, progress_bar
-from specdesk.ui.settings import ChatSettings, load_defaults
+from specdesk.ui.settings import RANGES, ChatSettings, SettingsDialog, load_defaults
 from specdesk.ui.tasks import Task
 
 
@@ -27,6 +27,74 @@ def test_malformed_stored_settings_fall_back_to_the_defaults():
     QSettings().setValue("chat/defaults", json.dumps({"max_tokens": 77}))
     assert load_defaults().max_tokens == 77
     QSettings().remove("chat/defaults")
+
+
+def _outside(name: str) -> list:
+    """Values just outside what the setting's widget accepts, and far outside it."""
+    lo, hi = RANGES[name]
+    if isinstance(ChatSettings().to_dict()[name], float):
+        return [lo - 0.01, hi + 0.01, float("inf"), -float("inf")]
+    return [lo - 1, hi + 1, 2**31, 2**63, -(2**31) - 1]
+
+
+def test_every_stored_setting_is_checked_against_the_range_its_widget_accepts(qtbot, caplog):
+    """A stored value the settings dialog could not show falls back to the default with a
+    log line: a negative seed made numpy refuse every answer in that chat, a top-k or seed
+    past 2**31 - 1 made the dialog's QSpinBox overflow, k = 64 was shown as 16."""
+    d = ChatSettings()
+    names = {f for f in d.to_dict()}
+    assert set(RANGES) | {"proposer", "auto_k", "rpc"} == names  # every setting has its check
+    for name in RANGES:
+        for bad in _outside(name):
+            caplog.clear()
+            assert ChatSettings.from_dict({name: bad}) == d, (name, bad)
+            [line] = [r.getMessage() for r in caplog.records]
+            assert f"ignoring the stored setting {name}=" in line and f"using {getattr(d, name)!r}" in line
+    # every value the widgets accept is kept, and the dialog shows it unchanged
+    for end in (0, 1):
+        stored = {name: rng[end] for name, rng in RANGES.items()}
+        s = ChatSettings.from_dict(stored)
+        assert all(getattr(s, k) == v for k, v in stored.items()), (s, stored)
+        dlg = SettingsDialog(s, has_gpu=True)
+        qtbot.addWidget(dlg)
+        assert dlg.value() == s
+    # the values that broke a chat or the dialog
+    s = ChatSettings.from_dict({"seed": -1, "top_k": 2**40, "temperature": 0.9})
+    assert (s.seed, s.top_k, s.temperature) == (d.seed, d.top_k, 0.9)
+    dlg = SettingsDialog(ChatSettings.from_dict({"seed": 2**40, "top_k": 2**40}), has_gpu=False)
+    qtbot.addWidget(dlg)
+    assert dlg.value().seed == d.seed and dlg.value().top_k == d.top_k
+
+
+def test_a_chat_with_a_stored_negative_seed_still_answers(qtbot, tmp_path, smol_path):
+    """The chat's stored settings (another version's, a damaged file's) come back through
+    ChatSettings.from_dict: a seed of -1 falls back to 0 instead of failing every answer."""
+    from pathlib import Path
+
+    from specdesk.session.chatstore import ChatStore
+    from specdesk.ui.main_window import MainWindow
+
+    data = tmp_path / "data"
+    store = ChatStore(data / "chats.sqlite3")
+    store.create_chat("sampled", {"seed": -1, "temperature": 0.9, "proposer": "none", "max_tokens": 4,
+                                  "n_ctx": 512, "threads": 1})
+    store.close()
+    w = MainWindow(data, autoload=False)
+    w.show()
+    errors: list[str] = []
+    w.error_shown.connect(errors.append)
+    try:
+        with qtbot.waitSignal(w.models_changed, timeout=120_000) as loaded:
+            w.load_models(Path(smol_path), None)
+        assert loaded.args[0] is not None, errors
+        done: list = []
+        w.generation_finished.connect(done.append)
+        assert w.send("Say hi.")
+        qtbot.waitUntil(lambda: bool(done or errors), timeout=120_000)
+        assert errors == [] and done[0].text
+        assert (w.settings.seed, w.settings.temperature) == (0, 0.9)
+    finally:
+        w.close()
 
 
 class _Resource:

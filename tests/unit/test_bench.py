@@ -66,15 +66,25 @@ def test_paired_ratios_and_medians():
     assert r[("s", "a")] == pytest.approx([1.2, 1.1, 0.9])
     summary = summarize(runs, ["none", "x"])
     row = next(x for x in summary["per_suite"] if x["config"] == "x")
-    # per prompt: median(1.2, 1.1, 0.9) = 1.1 and 1.5; per suite: median = 1.3
-    assert row["speedup"] == pytest.approx(1.3)
-    assert row["speedup_min"] == pytest.approx(1.1) and row["speedup_max"] == pytest.approx(1.5)
+    # the geometric mean over prompts of each prompt's geometric mean, the noise from
+    # prompt a's three repeats (b ran once): a t-interval with 4 - 2 = 2 degrees of freedom
+    la = np.log([1.2, 1.1, 0.9])
+    centre = (la.mean() + np.log(1.5)) / 2
+    se = np.sqrt(((la - la.mean()) ** 2).sum() / 2 * (1 / 3 + 1)) / 2
+    t975 = 4.302652729911275  # Student's t, 2 degrees of freedom, 97.5%
+    assert row["speedup"] == pytest.approx(np.exp(centre))
+    assert row["speedup_ci"] == pytest.approx([np.exp(centre - t975 * se), np.exp(centre + t975 * se)])
+    assert (row["pairs"], row["spread_df"], row["verdict"]) == (4, 2, "within-noise")
+    assert row["detectable"] == pytest.approx(np.exp(t975 * se) - 1)
     assert row["acceptance"] == pytest.approx(28 / 40)
     assert row["mean_accepted_length"] == pytest.approx((28 + 40) / 40)
     assert (row["identical"], row["near_ties"], row["mismatches"], row["compared"]) == (2, 1, 1, 4)
     assert row["median_tps"] == pytest.approx(np.median([np.median([12, 22, 9]), 15.0]))
     base = next(x for x in summary["per_suite"] if x["config"] == "none")
-    assert base["speedup"] == pytest.approx(1.0)
+    assert base["speedup"] == pytest.approx(1.0) and base["verdict"] == "baseline"
+    # the noise floor: target alone's spread between a's repeats (10, 20, 10 tok/s)
+    lt = np.log([10.0, 20.0, 10.0])
+    assert summary["noise"]["run_to_run"] == pytest.approx(np.exp(np.sqrt(((lt - lt.mean()) ** 2).sum() / 2)) - 1)
 
 
 # -- the runner on the fake backend -----------------------------------------------------------------

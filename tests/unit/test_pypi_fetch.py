@@ -447,3 +447,148 @@ def test_pip_itself_accepts_the_stand_in(clean_env, monkeypatch, tmp_path, json_
         assert (tmp_path / fn).read_bytes() == idx.files[fn].data
         want = "application/vnd.pypi.simple.v1+json" if json_api else "text/html; charset=utf-8"
         assert {r.content_type for r in idx.pages()} == {want}
+
+
+# -- what a remote listing may make the fetcher do -------------------------------------------
+
+class _Listener:
+    """A TCP port on 127.0.0.1 that counts the connections made to it (and closes each at
+    once): an ftp: link or redirect the fetcher followed would show up here."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def secret(tmp_path):
+    """A private file of the user's, as a hostile index would name it."""
+    key = tmp_path / "home" / ".ssh" / "id_rsa"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\nnot for the wheel folder\n")
+    key.chmod(0o600)
+    return key
+
+
+@pytest.mark.parametrize("json_api", [True, False], ids=["pep691", "pep503"])
+def test_a_remote_index_cannot_make_the_fetcher_copy_a_local_file(clean_env, monkeypatch, tmp_path, secret, json_api):
+    """The listing names the user's key as the wheel, with its true size and sha256:
+    nothing is read from it and nothing lands in the wheel folder."""
+    with FakeIndex(json=json_api) as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        fn = idx.link("leak", "1.0", secret.as_uri(), data=secret.read_bytes())
+        dest = tmp_path / "wheels"
+        with pytest.raises(FetchError) as e:
+            download_wheels(["leak==1.0"], dest, None)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert f"{idx.url} (PIP_INDEX_URL) lists {fn} at a file: URL, which only a local index or find-links folder may list, refused" in msg
+    assert list(dest.iterdir()) == []
+
+
+@pytest.mark.parametrize("scheme", ["ftp", "data"])
+def test_a_remote_index_cannot_make_the_fetcher_use_ftp_or_data_urls(index, tmp_path, scheme):
+    wheel = build_wheel("other", "1.0", {"other/x": b"attacker's bytes"})
+    with _Listener() as ftp:
+        url = {"ftp": f"ftp://127.0.0.1:{ftp.port}/other-1.0-py3-none-any.whl",
+               "data": "data:application/octet-stream;base64," + __import__("base64").b64encode(wheel).decode()}[scheme]
+        fn = index.link("other", "1.0", url, data=wheel)
+        with pytest.raises(FetchError) as e:
+            download_wheels(["other==1.0"], tmp_path / "w", None, timeout=5)
+    assert f"lists {fn} at a URL that is not http or https ({scheme}:), refused" in str(e.value)
+    assert ftp.connections == 0
+    assert list((tmp_path / "w").iterdir()) == []
+
+
+def test_a_redirect_to_ftp_is_not_followed(index, tmp_path):
+    """urllib follows a 302 to ftp: on its own; the fetcher must not."""
+    fn = index.add("redir", "1.0")
+    with _Listener() as ftp:
+        index.redirect_file(fn, f"ftp://127.0.0.1:{ftp.port}/{fn}")
+        with pytest.raises(FetchError) as e:
+            download_wheels(["redir==1.0"], tmp_path / "w", None, timeout=5)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert f"redirected to a URL that is not http or https (ftp://127.0.0.1:{ftp.port}/{fn}), refused" in msg
+    assert ftp.connections == 0
+    assert list((tmp_path / "w").iterdir()) == []
+
+
+def test_a_local_find_links_page_may_still_list_local_wheels(clean_env, monkeypatch, tmp_path):
+    """What the user configured themselves is trusted, as pip trusts it: a find-links
+    HTML file that links a wheel elsewhere on this computer by file: URL."""
+    blob = build_wheel("mine", "1.0", {"mine/x": b"x" * 500})
+    wheel = tmp_path / "elsewhere" / "mine-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(blob)
+    page = tmp_path / "links.html"
+    page.write_text(f'<a href="{wheel.as_uri()}#sha256={hashlib.sha256(blob).hexdigest()}">{wheel.name}</a>')
+    monkeypatch.setenv("PIP_FIND_LINKS", str(page))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    [got] = download_wheels(["mine==1.0"], tmp_path / "w", None)
+    assert got.read_bytes() == blob
+
+
+class _CountingFile:
+    """The temporary file a download writes, counting the bytes handed to it."""
+
+    def __init__(self, f, counts: list[int]) -> None:
+        self._f, self._counts = f, counts
+
+    def write(self, data) -> int:
+        self._counts[-1] += len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_path, monkeypatch):
+    """A file host that keeps sending (8 MiB past the listed size): never more than the
+    listed size is written, and nothing takes the wheel's name."""
+    from contextlib import contextmanager
+
+    from specdesk.library.pypi_fetch import transfer
+
+    counts: list[int] = []
+    real = transfer.atomic_file
+
+    @contextmanager
+    def counting(path, mode=None, suffix=".tmp"):
+        counts.append(0)
+        with real(path, mode, suffix) as f:
+            yield _CountingFile(f, counts)
+
+    monkeypatch.setattr(transfer, "atomic_file", counting)
+    fn = index.add("swell", "1.0", {"swell/x": PAYLOAD[:200_000]})
+    size = len(index.files[fn].data)
+    index.oversend(fn, 8 << 20)
+    with pytest.raises(FetchError) as e:
+        download_wheels(["swell==1.0"], tmp_path, None)
+    assert counts and max(counts) <= size
+    assert str(e.value) == f"{fn}: the download is larger than the {size:,} bytes {index.url} (PIP_INDEX_URL) lists; stopped there"
+    assert list(tmp_path.iterdir()) == []

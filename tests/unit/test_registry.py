@@ -62,3 +62,18 @@ def test_draft_is_translated_on_a_pair_of_two_vocabularies_and_translated_needs_
     with pytest.raises(registry.PairMismatch):
         registry.resolve("translated", translated_pair=False)
     assert [c.name for c in resolve_configs([parse_config("draft:k=2")], True)] == ["translated:k=2"]
+
+
+def test_the_chat_settings_offer_every_choice_and_say_when_a_draft_is_missing():
+    from specdesk.ui.settings import PROPOSER_LABELS as CHAT_LABELS, ChatSettings
+
+    assert list(CHAT_LABELS) == list(registry.CHOICES)
+    for name in registry.CHOICES:
+        runs, why = ChatSettings(proposer=name).proposer_for(has_draft=False)
+        if registry.kind(name).needs_draft:
+            # never silently: the answer's line says what runs instead, and why
+            assert runs == "ngram" and why == f"no draft model loaded: ngram instead of {name}"
+        else:
+            assert (runs, why) == (name, "")
+        assert ChatSettings(proposer=name).proposer_for(has_draft=True) == (name, "")
+        assert ChatSettings(proposer=name).generation_config(has_draft=False).proposer == runs

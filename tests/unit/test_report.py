@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from statistics import median
 
 import numpy as np
 import pytest
@@ -16,6 +15,8 @@ import pytest
 from specdesk import files
 from specdesk.bench import report
 from specdesk.bench.report import CSV_FIELDS, FILE_NAMES, markdown, write_report
+from specdesk.bench.runner import summarize
+from specdesk.session.text import speedup_text, verdict_label
 from specdesk.errors import SpecDeskError
 from specdesk.speculative.stats import Stats
 
@@ -59,35 +60,6 @@ def _simulate(suite: str, config: str, rng, max_tokens: int, ngram_drafts: bool 
     return s
 
 
-def _summary_row(runs: list[dict], baseline: list[dict]) -> dict:
-    stats = [r["stats"] for r in runs]
-    drafted = sum(s["drafted"] for s in stats)
-    accepted = sum(s["accepted"] for s in stats)
-    steps = sum(s["steps"] for s in stats)
-    prompts = sorted({(r["suite"], r["prompt_id"]) for r in runs})
-    ratios = []
-    for key in prompts:
-        mine = median(r["stats"]["tokens_per_second"] for r in runs if (r["suite"], r["prompt_id"]) == key)
-        base = median(r["stats"]["tokens_per_second"] for r in baseline if (r["suite"], r["prompt_id"]) == key)
-        ratios.append(mine / base)
-    compared = [r for r in runs if r["identical"] is not None]
-    verdicts = [r["divergence"]["verdict"] for r in compared if r["divergence"]]
-    return {
-        "prompts": len(prompts),
-        "median_tps": median(s["tokens_per_second"] for s in stats),
-        "speedup": median(ratios),
-        "speedup_min": min(ratios),
-        "speedup_max": max(ratios),
-        "acceptance": accepted / drafted if drafted else None,
-        "mean_accepted_length": (accepted + steps) / steps,
-        "overhead_share": sum(s["overhead_seconds"] for s in stats) / sum(s["decode_seconds"] for s in stats),
-        "identical": sum(1 for r in compared if r["identical"]),
-        "near_ties": verdicts.count("near-tie"),
-        "mismatches": verdicts.count("mismatch"),
-        "compared": len(compared),
-    }
-
-
 def make_result(
     configs=tuple(CONFIGS),
     temperature: float = 0.0,
@@ -121,18 +93,8 @@ def make_result(
                         "identical": identical, "divergence": divergence,
                     })
                     order += 1
-    per_suite, overall = [], []
-    for suite in suites:
-        base = [r for r in runs if r["suite"] == suite and r["config"] == "none"]
-        for config in configs:
-            mine = [r for r in runs if r["suite"] == suite and r["config"] == config]
-            per_suite.append({"suite": suite, "config": config, **_summary_row(mine, base)})
-    base = [r for r in runs if r["config"] == "none"]
-    for config in configs:
-        row = _summary_row([r for r in runs if r["config"] == config], base)
-        for k in ("prompts", "speedup_min", "speedup_max"):
-            del row[k]
-        overall.append({"config": config, **row})
+    summary = summarize(runs, configs)  # the runner's own aggregation: the shapes the writers read
+    per_suite = summary["per_suite"]
     adv = None
     if advisor:
         preds = []
@@ -140,8 +102,11 @@ def make_result(
             if row["config"] == "none":
                 continue
             predicted = row["speedup"] * (1 + rng.uniform(-0.08, 0.08))
+            lo, hi = row["speedup_ci"]
             preds.append({"suite": row["suite"], "config": row["config"], "predicted_speedup": predicted,
-                          "measured_speedup": row["speedup"], "error": (predicted - row["speedup"]) / row["speedup"]})
+                          "measured_speedup": row["speedup"], "measured_ci": row["speedup_ci"],
+                          "measured_verdict": row["verdict"], "within_interval": lo <= predicted <= hi,
+                          "error": (predicted - row["speedup"]) / row["speedup"]})
         adv = {
             "costs": {"verify": {str(k): 0.035 * (1 + 0.12 * (k - 1)) for k in range(1, 7)},
                       "draft": {str(k): 0.005 * k for k in range(1, 7)}},
@@ -161,7 +126,7 @@ def make_result(
         },
         "configs": configs,
         "runs": runs,
-        "summary": {"per_suite": per_suite, "overall": overall},
+        "summary": summary,
         "advisor": adv,
         "memory": {"target_bytes": 1.2e9, "draft_bytes": 5.1e8 if has_draft else 0,
                    "extra_ram_bytes": 5.1e8 if has_draft else 0, "extra_vram_bytes": 0},
@@ -221,6 +186,15 @@ def test_csv_one_row_per_run(written, result):
         assert row["divergence_verdict"] == (div["verdict"] if div else "")
         assert (float(row["divergence_margin"]) == div["margin"]) if div else row["divergence_margin"] == ""
         assert row["stop_reason"] == "max_tokens"
+        # the run's paired ratio, and its suite's speedup with the interval and verdict
+        base = next(b for b in result["runs"] if b["config"] == "none" and
+                    (b["suite"], b["prompt_id"], b["repeat"]) == (run["suite"], run["prompt_id"], run["repeat"]))
+        assert float(row["paired_ratio"]) == pytest.approx(
+            run["stats"]["tokens_per_second"] / base["stats"]["tokens_per_second"])
+        sr = next(x for x in result["summary"]["per_suite"] if (x["suite"], x["config"]) == (run["suite"], run["config"]))
+        assert float(row["suite_speedup"]) == pytest.approx(sr["speedup"])
+        assert (float(row["suite_speedup_low"]), float(row["suite_speedup_high"])) == pytest.approx(tuple(sr["speedup_ci"]))
+        assert row["suite_verdict"] == sr["verdict"]
 
 
 def _sections(md: str) -> dict[str, list[str]]:
@@ -254,25 +228,32 @@ def test_markdown_tables(written, result):
     sections = _sections(md)
     for row in result["summary"]["per_suite"]:
         cells = _row(sections[row["suite"]], row["config"])
-        assert len(cells) == 7
+        assert len(cells) == 8
         assert cells[1] == f"{row['median_tps']:.1f}"
         assert cells[2].startswith(f"{row['speedup']:.2f}×")
         if row["config"] == "none":
-            assert cells[2] == "1.00×" and cells[5] == "baseline"
+            assert cells[2] == "1.00×" and cells[3] == "baseline" and cells[6] == "baseline"
         else:
-            assert f"({row['speedup_min']:.2f}–{row['speedup_max']:.2f})" in cells[2]
-            assert cells[3] == f"{row['acceptance'] * 100:.1f}%"
-            assert cells[5].startswith(f"{row['identical']}/{row['compared']}")
-        assert cells[4] == f"{row['mean_accepted_length']:.2f}"
-        assert cells[6] == f"{row['overhead_share'] * 100:.1f}%"
+            # the speedup with its 95% interval, and the verdict it allows
+            lo, hi = row["speedup_ci"]
+            assert cells[2] == f"{row['speedup']:.2f}× ({lo:.2f}–{hi:.2f})"
+            assert cells[3].strip("*") == verdict_label(row)
+            assert (cells[3].startswith("**")) == (row["verdict"] in ("faster", "slower"))
+            assert cells[4] == f"{row['acceptance'] * 100:.1f}%"
+            assert cells[6].startswith(f"{row['identical']}/{row['compared']}")
+        assert cells[5] == f"{row['mean_accepted_length']:.2f}"
+        assert cells[7] == f"{row['overhead_share'] * 100:.1f}%"
     for row in result["summary"]["overall"]:
         cells = _row(sections["All suites"], row["config"])
-        assert cells[2] == f"{row['speedup']:.2f}×"
+        assert cells[2] == speedup_text(row)
+    # every verdict is named, and the repeats' noise is said
+    assert any(r["verdict"] == "within-noise" for r in result["summary"]["per_suite"])
+    assert "**How sure:**" in md and "from one repeat to the next" in md
     # Divergence counts, in their suite's row and overall.
-    assert "(1 near-tie)" in _row(sections["chat"], "draft:k=2")[5]
-    assert "**1 mismatch**" in _row(sections["summarization"], "draft:auto")[5]
-    assert "(1 near-tie)" in _row(sections["All suites"], "draft:k=2")[5]
-    assert "(" not in _row(sections["code_editing"], "draft:k=2")[5]
+    assert "(1 near-tie)" in _row(sections["chat"], "draft:k=2")[6]
+    assert "**1 mismatch**" in _row(sections["summarization"], "draft:auto")[6]
+    assert "(1 near-tie)" in _row(sections["All suites"], "draft:k=2")[6]
+    assert "(" not in _row(sections["code_editing"], "draft:k=2")[6]
     # Memory and the reading guide.
     assert "486 MiB of RAM" in md and "none of VRAM" in md
     assert "How to read this" in sections
@@ -283,7 +264,9 @@ def test_markdown_advisor_present_and_absent(result):
     sec = _sections(md)["Advisor"]
     for p in result["advisor"]["predictions"]:
         line = next(l for l in sec if l.startswith(f"| {p['suite']} | `{p['config']}` |"))
-        assert f"{p['predicted_speedup']:.2f}×" in line and f"{p['measured_speedup']:.2f}×" in line
+        assert f"{p['predicted_speedup']:.2f}×" in line
+        lo, hi = p["measured_ci"]
+        assert f"{p['measured_speedup']:.2f}× ({lo:.2f}–{hi:.2f})" in line  # the measured interval beside it
         assert f"{p['error'] * 100:.1f}%" in line
     assert result["advisor"]["recommendation"] in md
     assert result["advisor"]["memory_alternative"] in md
@@ -338,7 +321,7 @@ def test_sampling_result_without_comparisons(tmp_path):
     md = (tmp_path / "t07" / "report.md").read_text(encoding="utf-8")
     assert "near-tie" not in "\n".join(l for l in md.splitlines() if l.startswith("| `"))
     assert "only at temperature 0" in md
-    assert _row(_sections(md)["chat"], "draft:k=2")[5] == "–"
+    assert _row(_sections(md)["chat"], "draft:k=2")[6] == "–"
     rows = list(csv.DictReader(open(tmp_path / "t07" / "report.csv", newline="", encoding="utf-8")))
     assert {r["identical"] for r in rows} == {""}
 
@@ -353,7 +336,7 @@ def test_config_that_never_drafted(tmp_path):
         _check_png(p, min_w=400, min_h=250)
     md = paths[2].read_text(encoding="utf-8")
     cells = _row(_sections(md)["code_editing"], "ngram")
-    assert cells[3] == "–" and cells[4] == "1.00"
+    assert cells[4] == "–" and cells[5] == "1.00"
     assert "Draft:** none" in md and "No draft model" in md
 
 

@@ -44,7 +44,7 @@ from ..speculative.drift import Drift
 from ..speculative.proposers import DraftModelProposer
 from ..speculative.sampling import SamplingParams
 from ..session.drift import PROBE_PROMPT, pair_drift
-from ..session.text import claim_text
+from ..session.text import claim_text, measured_best_text
 
 CALIBRATION_PROMPT = PROBE_PROMPT  # the drift probe reads the same text
 
@@ -288,7 +288,8 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
 
 def validate(cal: Calibration, result: dict) -> list[dict]:
     """Predicted vs measured speedup for every (suite, config) of a benchmark result,
-    and for every (suite, turn, config) of its multi-turn suites."""
+    and for every (suite, turn, config) of its multi-turn suites, with the measured
+    speedup's 95% interval and verdict."""
     out = []
     rows = [(row, None) for row in result["summary"]["per_suite"]]
     rows += [(row, row.get("turn")) for row in result["summary"].get("per_turn") or []]
@@ -306,12 +307,17 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
         if not per_prompt:
             continue
         pred = statistics.median(statistics.median(v) for v in per_prompt.values())
-        meas = row["speedup"]
+        meas, ci = row["speedup"], row.get("speedup_ci")
         rec = {
             "suite": row["suite"],
             "config": c,
             "predicted_speedup": pred,
             "measured_speedup": meas,
+            # how sure the measurement is: a prediction inside the interval is as good as the run can tell
+            "measured_ci": ci,
+            "measured_verdict": row.get("verdict"),
+            "measured_pairs": row.get("pairs"),
+            "within_interval": (ci[0] <= pred <= ci[1]) if ci else None,
             "error": (pred - meas) / meas if meas else None,
         }
         if turn is not None:
@@ -393,7 +399,7 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
             f"{ceiling_ngram:.2f}× here."
         )
     if measured_best is not None:
-        parts.append(f"Measured: the best configuration was {measured_best['config']} at {measured_best['speedup']:.2f}× overall.")
+        parts.append(measured_best_text(measured_best))
     memory_alternative = None
     if best == "none" and cal.draft_bytes and cal.kv_bytes_per_token:
         n = int(cal.draft_bytes / cal.kv_bytes_per_token)

@@ -1,13 +1,20 @@
 """The benchmark runner, shared by ``specdesk bench`` and the app's Compare tab.
 
-For every prompt and repeat it runs every configuration once, rotating their order
-from one repeat to the next (A B C, B C A, C A B, …) so that drift on a shared,
-noisy machine hits all of them alike. Each run starts from empty contexts, so every
-configuration pays for its own prompt and runs can be replayed exactly. Speedups
-are paired: each configuration's tokens/s over target alone's in the same
-(prompt, repeat) round, then the median per prompt and the median per suite.
+After a warm-up, it runs repeat after repeat (a *round*: every prompt with every
+configuration once), rotating the configurations' order from one repeat to the next
+(A B C, B C A, C A B, …) so that drift on a shared, noisy machine hits all of them
+alike. Each run starts from empty contexts, so every configuration pays for its own
+prompt and runs can be replayed exactly. Speedups are paired: each configuration's
+tokens/s over target alone's in the same (prompt, repeat) round; the geometric mean
+of those ratios, its 95% interval and the verdict (faster, slower, within noise)
+come from :mod:`specdesk.bench.stats`, per suite and overall, with the machine's
+noise floor from target alone's repeats. It runs a fixed number of repeats, or
+*until sure*: round after round until every configuration's interval is within a
+target half-width, or a repeat or time budget is spent (``stopping`` says which).
 At temperature 0 every output is checked against target alone's and a difference
-is explained (near-tie or mismatch) by replaying both runs.
+is explained (near-tie or mismatch) by replaying both runs. Every run records when
+each of its tokens was produced (``timeline``), so its answer can be replayed at
+its own speed.
 
 Multi-turn tasks are replayed as the app's chat would hold them: turn n's prompt is
 the whole chat so far (the earlier user messages and the answers given to them,
@@ -26,7 +33,8 @@ from __future__ import annotations
 
 import datetime
 import statistics
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from typing import Callable, Protocol, Sequence
 
 from .. import __version__
@@ -37,10 +45,14 @@ from ..speculative.divergence import explain
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
 from ..session.runtime import machine
+from ..session.text import until_sure_text
+from . import stats
 from .configs import BenchConfig, resolve_configs
 from .suites import Prompt, Suite
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
+
+BASELINE = "none"
 
 
 class BenchTarget(Protocol):
@@ -72,23 +84,61 @@ class BenchTarget(Protocol):
 
 
 @dataclass(frozen=True)
+class UntilSure:
+    """Run until sure: repeat rounds until every configuration's interval is within
+    +-``half_width`` (a fraction), and stop at ``max_repeats`` or after ``seconds``
+    of runs (the next round is not started when it would not fit)."""
+
+    half_width: float = 0.03
+    min_repeats: int = 2
+    max_repeats: int = 10
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.half_width < 1:
+            raise SpecDeskError(f"the target interval must be between 0 and 100%, got {100 * self.half_width:g}%")
+        if not 2 <= self.min_repeats <= self.max_repeats:
+            raise SpecDeskError("run until sure needs at least 2 repeats, and at most as many as its budget")
+        if self.seconds is not None and self.seconds <= 0:
+            raise SpecDeskError("the time budget must be positive")
+
+
+@dataclass(frozen=True)
 class BenchOptions:
     repeats: int = 3
     max_tokens: int = 128
     temperature: float = 0.0
     seed: int = 0
     warmup: bool = True
+    # None: exactly ``repeats`` rounds; else add rounds until sure (``repeats`` is unused)
+    until_sure: UntilSure | None = None
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    @property
+    def max_repeats(self) -> int:
+        return self.until_sure.max_repeats if self.until_sure is not None else self.repeats
+
+    def sampling(self) -> SamplingParams:
+        try:
+            return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+        except ValueError as e:
+            raise SpecDeskError(str(e)) from None
 
 
 class SessionTarget:
     """A Session as a benchmark target."""
 
-    def __init__(self, session) -> None:
+    def __init__(self, session, raw: bool = False) -> None:
         self.session = session
         self.has_draft = session.draft is not None
         self.translated = bool(session.translated)
+        self.raw = raw  # prompts as plain completions, without the chat template
 
     def prompt_tokens(self, text: str) -> list[int]:
+        if self.raw:
+            return self.session.raw_prompt(text)
         return self.session.chat_prompt([{"role": "user", "content": text}])
 
     def chat_tokens(self, messages: list[dict], max_tokens: int) -> tuple[list[int], int]:
@@ -141,21 +191,28 @@ class SessionTarget:
         return out
 
 
-def schedule(
-    suites: Sequence[Suite], configs: Sequence[BenchConfig], repeats: int
+def schedule_round(
+    suites: Sequence[Suite], configs: Sequence[BenchConfig], r: int
 ) -> list[tuple[Suite, Prompt, int, int, BenchConfig]]:
-    """Every (suite, prompt, repeat, turn index, config), turns in order within a
-    repeat (a turn replays the ones before it), configs rotated from one repeat (and
-    turn) to the next."""
+    """Repeat ``r``'s runs: every (suite, prompt, turn, config), turns in order (a turn
+    replays the ones before it), configs rotated from one repeat (and turn) to the next."""
     out = []
     n = len(configs)
     for suite in suites:
         for prompt in suite.prompts:
-            for r in range(repeats):
-                for t in range(len(prompt.messages)):
-                    for j in range(n):
-                        out.append((suite, prompt, r, t, configs[(j + r + t) % n]))
+            for t in range(len(prompt.messages)):
+                for j in range(n):
+                    out.append((suite, prompt, r, t, configs[(j + r + t) % n]))
     return out
+
+
+def schedule(
+    suites: Sequence[Suite], configs: Sequence[BenchConfig], repeats: int
+) -> list[tuple[Suite, Prompt, int, int, BenchConfig]]:
+    """Every (suite, prompt, repeat, turn index, config) of ``repeats`` rounds, in the
+    order they run: round after round (so a prompt's repeats are spread over the whole
+    run, and a slow drift of the machine shows in their spread)."""
+    return [item for r in range(repeats) for item in schedule_round(suites, configs, r)]
 
 
 def turn_id(prompt: Prompt, t: int) -> str:
@@ -173,6 +230,162 @@ def chat_messages(prompt: Prompt, t: int, answers: Sequence[str]) -> list[dict]:
     return msgs
 
 
+#: A token's provenance in a run's timeline: one letter for its kind, one for its source.
+KIND_CODES = {"target": "t", "accepted": "a", "correction": "c", "bonus": "b"}
+SOURCE_CODES = {"draft": "d", "translated": "t", "ngram": "n", "history": "h", "": "-"}
+
+
+def timeline(gen: Generation) -> dict:
+    """When each token of a run was produced, for replaying the run at its own speed:
+    ``t`` the decode seconds at the end of each step (the clock starts after the prompt,
+    which took ``prompt_seconds``), ``n`` the tokens each step emitted, ``chars`` each
+    token's length in the run's text, ``kind`` and ``source`` one letter per token
+    (:data:`KIND_CODES`, :data:`SOURCE_CODES`)."""
+    ts, ns, chars, kinds, sources = [], [], [], [], []
+    for step in gen.steps:
+        if step.tokens:
+            ts.append(round(step.stats.decode_seconds, 6))
+            ns.append(len(step.tokens))
+            for tok in step.tokens:
+                chars.append(len(tok.text))
+                kinds.append(KIND_CODES.get(tok.kind, "t"))
+                sources.append(SOURCE_CODES.get(tok.source, "-"))
+        if step.tail and chars:
+            chars[-1] += len(step.tail)
+    return {"prompt_seconds": round(gen.stats.prompt_seconds, 6), "t": ts, "n": ns, "chars": chars,
+            "kind": "".join(kinds), "source": "".join(sources)}
+
+
+class _Bench:
+    """One benchmark's runs, round by round: what the rounds share (the prompts'
+    tokens, target alone's answers to replay, the baselines to compare with)."""
+
+    def __init__(self, target: BenchTarget, suites: Sequence[Suite], configs: Sequence[BenchConfig],
+                 options: BenchOptions, progress: Progress | None, cancel: Callable[[], bool] | None,
+                 on_run: Callable[[dict], None] | None, keep: Callable[[dict, Generation], None] | None) -> None:
+        self.target, self.suites, self.configs, self.options = target, suites, configs, options
+        self.progress, self.cancel, self.on_run, self.keep = progress, cancel, on_run, keep
+        self.sampling = options.sampling()
+        per_round = len(schedule_round(suites, configs, 0))
+        self.total = per_round * options.max_repeats + (len(configs) if options.warmup else 0)
+        self.done = 0
+        self.set_history = getattr(target, "set_history", None)
+        self.chat_tokens = getattr(target, "chat_tokens", None)
+        self.tokens_cache: dict[tuple, tuple[list[int], int]] = {}
+        # (suite, task, repeat) -> target alone's answers so far: (prompt tokens, answer tokens, text)
+        self.answers: dict[tuple[str, str, int], list[tuple[list[int], list[int], str]]] = {}
+        self.runs: list[dict] = []
+        self.baselines: dict[tuple[str, str, int], tuple[list[int], Generation]] = {}
+        self.pending: dict[tuple[str, str, int], list[tuple[dict, Generation]]] = {}
+
+    def tick(self, what: str) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.total, what)
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel():
+            raise Cancelled("the benchmark was cancelled")
+
+    def tokens(self, suite: Suite, prompt: Prompt, r: int = 0, t: int = 0) -> tuple[list[int], int]:
+        """Turn t's prompt tokens (the chat so far) and how many messages were left out."""
+        if t == 0:
+            key: tuple = (suite.name, prompt.id)
+            if key not in self.tokens_cache:
+                self.tokens_cache[key] = (self.target.prompt_tokens(prompt.text), 0)
+            return self.tokens_cache[key]
+        key = (suite.name, prompt.id, r, t)
+        if key not in self.tokens_cache:
+            earlier = self.answers.get((suite.name, prompt.id, r), [])
+            if len(earlier) < t:
+                raise SpecDeskError(f"{suite.name}/{prompt.id}: turn {t + 1} has no answer to turn {t} to replay")
+            msgs = chat_messages(prompt, t, [a[2] for a in earlier])
+            if self.chat_tokens is None:
+                raise SpecDeskError("this benchmark target cannot replay a chat; run single prompts")
+            self.tokens_cache[key] = self.chat_tokens(msgs, self.options.max_tokens)
+        return self.tokens_cache[key]
+
+    def history_for(self, suite: Suite, prompt: Prompt, r: int, t: int) -> list[tuple[list[int], list[int]]]:
+        return [(p, a) for p, a, _ in self.answers.get((suite.name, prompt.id, r), [])[:t]]
+
+    def warm_up(self) -> None:
+        self.target.warm_up()
+        first_suite, first_prompt = self.suites[0], self.suites[0].prompts[0]
+        for c in self.configs:
+            self.check_cancel()
+            self.target.reset()
+            if self.set_history is not None:
+                self.set_history([])
+            gen = c.generation(self.sampling, min(16, self.options.max_tokens), self.options.seed)
+            self.target.run(self.tokens(first_suite, first_prompt)[0], gen)
+            self.tick(f"warm-up {c.name}")
+
+    def round(self, r: int) -> None:
+        """Every prompt (and turn) with every configuration once: repeat ``r``."""
+        for suite, prompt, _, t, c in schedule_round(self.suites, self.configs, r):
+            self.check_cancel()
+            self.one(suite, prompt, r, t, c)
+
+    def one(self, suite: Suite, prompt: Prompt, r: int, t: int, c: BenchConfig) -> None:
+        toks, dropped = self.tokens(suite, prompt, r, t)
+        self.target.reset()
+        if self.set_history is not None:
+            self.set_history(self.history_for(suite, prompt, r, t))
+        gen = self.target.run(toks, c.generation(self.sampling, self.options.max_tokens, self.options.seed + r))
+        pid = turn_id(prompt, t)
+        rec = {
+            "suite": suite.name, "prompt_id": pid, "task": prompt.id, "turn": t + 1, "turns": len(prompt.messages),
+            "repeat": r, "order": len(self.runs), "config": c.name, "prompt_tokens": len(toks),
+            "messages_left_out": dropped, "stats": gen.stats.to_dict(), "stop_reason": gen.stop_reason,
+            "text": gen.text, "timeline": timeline(gen), "identical": None, "divergence": None,
+        }
+        self.runs.append(rec)
+        if c.proposer == "none" and t + 1 < len(prompt.messages):
+            self.answers.setdefault((suite.name, prompt.id, r), []).append((list(toks), list(gen.tokens), gen.text))
+        if self.options.temperature == 0.0:
+            self.check_identity((suite.name, pid, r), c, toks, rec, gen)
+        if self.keep is not None:
+            self.keep(rec, gen)
+        if self.on_run:
+            self.on_run(rec)
+        self.tick(f"{suite.name}/{pid} #{r + 1} {c.name}")
+
+    def check_identity(self, key: tuple[str, str, int], c: BenchConfig, toks: list[int], rec: dict,
+                       gen: Generation) -> None:
+        if c.proposer == "none":
+            self.baselines[key] = (toks, gen)
+            for other_rec, other_gen in self.pending.pop(key, []):
+                _compare(self.target, toks, gen, other_rec, other_gen)
+        elif key in self.baselines:
+            _compare(self.target, self.baselines[key][0], self.baselines[key][1], rec, gen)
+        else:
+            self.pending.setdefault(key, []).append((rec, gen))
+
+    def result(self, stopping: dict) -> dict:
+        o = self.options
+        names = [c.name for c in self.configs]
+        return {
+            "meta": {
+                "created": datetime.datetime.now().isoformat(timespec="seconds"),
+                "specdesk_version": __version__,
+                "machine": machine(),
+                **self.target.describe(),
+                "settings": {
+                    "max_tokens": o.max_tokens, "temperature": o.temperature, "top_k": o.top_k, "top_p": o.top_p,
+                    "min_p": o.min_p, "repeats": stopping["repeats"], "seed": o.seed, "warmup": o.warmup,
+                    "until_sure": asdict(o.until_sure) if o.until_sure is not None else None,
+                    "suites": [s.name for s in self.suites], "configs": names,
+                },
+            },
+            "configs": names,
+            "runs": self.runs,
+            "summary": summarize(self.runs, names),
+            "stopping": stopping,
+            "advisor": None,
+            "memory": self.target.memory(),
+        }
+
+
 def run_bench(
     target: BenchTarget,
     suites: Sequence[Suite],
@@ -181,7 +394,13 @@ def run_bench(
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     on_run: Callable[[dict], None] | None = None,
+    keep: Callable[[dict, Generation], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict:
+    """Warm up, then run repeat after repeat of every prompt with every configuration
+    (``options.repeats`` of them, or until sure), and summarize. ``on_run`` sees each
+    run's record, ``keep`` also its Generation; ``clock`` times the rounds for the
+    time budget."""
     if configs[0].proposer != "none":
         raise ValueError("the first config must be the baseline, none")
     configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
@@ -189,127 +408,41 @@ def run_bench(
         missing = [c.name for c in configs if c.needs_draft]
         if missing:
             raise SpecDeskError(f"{', '.join(missing)} need a draft model; load one or drop them from --configs")
-    sampling = SamplingParams(temperature=options.temperature)
-    plan = schedule(suites, configs, options.repeats)
-    total = len(plan) + (len(configs) if options.warmup else 0)
-    done = 0
-
-    def tick(what: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(done, total, what)
-
-    def check_cancel() -> None:
-        if cancel is not None and cancel():
-            raise Cancelled("the benchmark was cancelled")
-
-    set_history = getattr(target, "set_history", None)
-    chat_tokens = getattr(target, "chat_tokens", None)
-    tokens_cache: dict[tuple, tuple[list[int], int]] = {}
-    # (suite, task, repeat) -> target alone's answers so far: (prompt tokens, answer tokens, text)
-    answers: dict[tuple[str, str, int], list[tuple[list[int], list[int], str]]] = {}
-
-    def tokens(suite: Suite, prompt: Prompt, r: int = 0, t: int = 0) -> tuple[list[int], int]:
-        """Turn t's prompt tokens (the chat so far) and how many messages were left out."""
-        if t == 0:
-            key: tuple = (suite.name, prompt.id)
-            if key not in tokens_cache:
-                tokens_cache[key] = (target.prompt_tokens(prompt.text), 0)
-            return tokens_cache[key]
-        key = (suite.name, prompt.id, r, t)
-        if key not in tokens_cache:
-            earlier = answers.get((suite.name, prompt.id, r), [])
-            if len(earlier) < t:
-                raise SpecDeskError(f"{suite.name}/{prompt.id}: turn {t + 1} has no answer to turn {t} to replay")
-            msgs = chat_messages(prompt, t, [a[2] for a in earlier])
-            if chat_tokens is None:
-                raise SpecDeskError("this benchmark target cannot replay a chat; run single prompts")
-            tokens_cache[key] = chat_tokens(msgs, options.max_tokens)
-        return tokens_cache[key]
-
-    def history_for(suite: Suite, prompt: Prompt, r: int, t: int) -> list[tuple[list[int], list[int]]]:
-        return [(p, a) for p, a, _ in answers.get((suite.name, prompt.id, r), [])[:t]]
-
+    bench = _Bench(target, suites, configs, options, progress, cancel, on_run, keep)
     if options.warmup:
-        target.warm_up()
-        first_suite, first_prompt = suites[0], suites[0].prompts[0]
-        for c in configs:
-            check_cancel()
-            target.reset()
-            if set_history is not None:
-                set_history([])
-            target.run(tokens(first_suite, first_prompt)[0], c.generation(sampling, min(16, options.max_tokens), options.seed))
-            tick(f"warm-up {c.name}")
+        bench.warm_up()
+    if options.until_sure is None:
+        for r in range(options.repeats):
+            bench.round(r)
+        stopping = {"mode": "fixed", "repeats": options.repeats, "reason": "repeats"}
+    else:
+        stopping = _until_sure(bench, options.until_sure, clock)
+    return bench.result(stopping)
 
-    runs: list[dict] = []
-    baselines: dict[tuple[str, str, int], tuple[list[int], Generation]] = {}
-    pending: dict[tuple[str, str, int], list[tuple[dict, Generation]]] = {}
-    for order, (suite, prompt, r, t, c) in enumerate(plan):
-        check_cancel()
-        toks, dropped = tokens(suite, prompt, r, t)
-        seed = options.seed + r
-        target.reset()
-        if set_history is not None:
-            set_history(history_for(suite, prompt, r, t))
-        gen = target.run(toks, c.generation(sampling, options.max_tokens, seed))
-        pid = turn_id(prompt, t)
-        rec = {
-            "suite": suite.name,
-            "prompt_id": pid,
-            "task": prompt.id,
-            "turn": t + 1,
-            "turns": len(prompt.messages),
-            "repeat": r,
-            "order": order,
-            "config": c.name,
-            "prompt_tokens": len(toks),
-            "messages_left_out": dropped,
-            "stats": gen.stats.to_dict(),
-            "stop_reason": gen.stop_reason,
-            "text": gen.text,
-            "identical": None,
-            "divergence": None,
-        }
-        runs.append(rec)
-        if c.proposer == "none" and t + 1 < len(prompt.messages):
-            answers.setdefault((suite.name, prompt.id, r), []).append((list(toks), list(gen.tokens), gen.text))
-        key = (suite.name, pid, r)
-        if options.temperature == 0.0:
-            if c.proposer == "none":
-                baselines[key] = (toks, gen)
-                for other_rec, other_gen in pending.pop(key, []):
-                    _compare(target, toks, gen, other_rec, other_gen)
-            elif key in baselines:
-                _compare(target, baselines[key][0], baselines[key][1], rec, gen)
-            else:
-                pending.setdefault(key, []).append((rec, gen))
-        if on_run:
-            on_run(rec)
-        tick(f"{suite.name}/{pid} #{r + 1} {c.name}")
 
-    result = {
-        "meta": {
-            "created": datetime.datetime.now().isoformat(timespec="seconds"),
-            "specdesk_version": __version__,
-            "machine": machine(),
-            **target.describe(),
-            "settings": {
-                "max_tokens": options.max_tokens,
-                "temperature": options.temperature,
-                "repeats": options.repeats,
-                "seed": options.seed,
-                "suites": [s.name for s in suites],
-                "configs": [c.name for c in configs],
-            },
-        },
-        "configs": [c.name for c in configs],
-        "runs": runs,
-        "summary": summarize(runs, [c.name for c in configs]),
-        "advisor": None,
-        "memory": target.memory(),
-    }
-    return result
+def _until_sure(bench: _Bench, rule: UntilSure, clock: Callable[[], float]) -> dict:
+    """Rounds until every configuration's interval is within the target, or a budget
+    is spent; the reason is ``sure``, ``repeats`` or ``time``."""
+    start = clock()
+    names = [c.name for c in bench.configs]
+    r = 0
+    while True:
+        bench.round(r)
+        r += 1
+        rows = [row for row in summarize(bench.runs, names, turns=False)["overall"] if row["config"] != BASELINE]
+        elapsed = clock() - start
+        reason = None
+        if r >= rule.min_repeats and stats.sure([stats.PairedSpeedup.from_dict(row) for row in rows], rule.half_width):
+            reason = "sure"
+        elif r >= rule.max_repeats:
+            reason = "repeats"
+        elif rule.seconds is not None and elapsed + elapsed / r > rule.seconds:
+            reason = "time"
+        if bench.progress:
+            bench.progress(bench.done, bench.total, until_sure_text(r, rule.max_repeats, rows, rule.half_width))
+        if reason is not None:
+            return {"mode": "until-sure", "repeats": r, "reason": reason, "half_width": rule.half_width,
+                    "max_repeats": rule.max_repeats, "seconds_budget": rule.seconds, "seconds": elapsed}
 
 
 def _compare(target: BenchTarget, prompt: list[int], base: Generation, rec: dict, gen: Generation) -> None:
@@ -327,8 +460,8 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def paired_ratios(runs: list[dict], config: str, baseline: str = "none") -> dict[tuple[str, str], list[float]]:
-    """(suite, prompt) -> [tps(config) / tps(baseline)] per repeat."""
+def paired_ratios(runs: list[dict], config: str, baseline: str = BASELINE) -> dict[tuple[str, str], list[float]]:
+    """(suite, prompt) -> [tps(config) / tps(baseline)] per repeat, paired by round."""
     base = {
         (r["suite"], r["prompt_id"], r["repeat"]): r["stats"]["tokens_per_second"]
         for r in runs
@@ -345,11 +478,11 @@ def paired_ratios(runs: list[dict], config: str, baseline: str = "none") -> dict
     return out
 
 
-def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]]) -> dict:
-    per_prompt_ratio = [_median(v) for v in ratios.values()]
+def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]], baseline: bool = False) -> dict:
     per_prompt_tps: dict[tuple[str, str], list[float]] = {}
     for r in rs:
         per_prompt_tps.setdefault((r["suite"], r["prompt_id"]), []).append(r["stats"]["tokens_per_second"])
+    paired = stats.baseline_row(len(rs)) if baseline else stats.paired_speedup(ratios)
     drafted = sum(r["stats"]["drafted"] for r in rs)
     accepted = sum(r["stats"]["accepted"] for r in rs)
     steps = sum(r["stats"]["steps"] for r in rs)
@@ -361,9 +494,7 @@ def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]]) -> di
         "prompts": len(per_prompt_tps),
         "runs": len(rs),
         "median_tps": _median([_median(v) for v in per_prompt_tps.values()]),
-        "speedup": _median(per_prompt_ratio),
-        "speedup_min": min(per_prompt_ratio) if per_prompt_ratio else None,
-        "speedup_max": max(per_prompt_ratio) if per_prompt_ratio else None,
+        **paired.to_dict(),
         "acceptance": accepted / drafted if drafted else None,
         "mean_accepted_length": (accepted + steps) / steps if steps else None,
         "overhead_share": overhead / decode if decode else None,
@@ -374,7 +505,17 @@ def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]]) -> di
     }
 
 
-def summarize(runs: list[dict], configs: list[str]) -> dict:
+def noise(runs: list[dict], baseline: str = BASELINE) -> dict:
+    """The machine's noise floor: how far target alone's tokens/s moved from repeat to
+    repeat of the same prompt."""
+    tps: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        if r["config"] == baseline:
+            tps.setdefault((r["suite"], r["prompt_id"]), []).append(r["stats"]["tokens_per_second"])
+    return stats.noise_floor(tps).to_dict()
+
+
+def summarize(runs: list[dict], configs: list[str], turns: bool = True) -> dict:
     suites = list(dict.fromkeys(r["suite"] for r in runs))
     per_suite = []
     overall = []
@@ -385,18 +526,21 @@ def summarize(runs: list[dict], configs: list[str]) -> dict:
             if not rs:
                 continue
             sub = {k: v for k, v in ratios.items() if k[0] == s}
-            per_suite.append({"suite": s, "config": c, **_aggregate(rs, sub)})
+            per_suite.append({"suite": s, "config": c, **_aggregate(rs, sub, c == BASELINE)})
         rs = [r for r in runs if r["config"] == c]
         if rs:
-            overall.append({"config": c, **_aggregate(rs, ratios)})
-    return {"per_suite": per_suite, "overall": overall, "per_turn": per_turn(runs, configs),
-            "history": history_gain(runs, configs)}
+            overall.append({"config": c, **_aggregate(rs, ratios, c == BASELINE)})
+    out = {"per_suite": per_suite, "overall": overall, "noise": noise(runs)}
+    if turns:
+        out["per_turn"] = per_turn(runs, configs)
+        out["history"] = history_gain(runs, configs)
+    return out
 
 
 def history_gain(runs: list[dict], configs: list[str]) -> list[dict]:
     """History lookup on the turns that revise an earlier answer (2 and later): each
     ``ngram+history`` configuration against target alone, and against the same n-gram
-    configuration without history (paired per run, median per prompt, then overall)."""
+    configuration without history (paired per run, then the geometric mean)."""
     out = []
     for c in configs:
         if "+history" not in c:
@@ -413,10 +557,14 @@ def history_gain(runs: list[dict], configs: list[str]) -> list[dict]:
             "turns_from": 2,
             "prompts": mine["prompts"],
             "speedup": mine["speedup"],
+            "speedup_ci": mine["speedup_ci"],
+            "verdict": mine["verdict"],
             "acceptance": mine["acceptance"],
             "speedup_without_history": theirs["speedup"] if theirs else None,
             "acceptance_without_history": theirs["acceptance"] if theirs else None,
             "speedup_over_without_history": vs["speedup"] if vs else None,
+            "speedup_over_without_history_ci": vs["speedup_ci"] if vs else None,
+            "verdict_over_without_history": vs["verdict"] if vs else None,
         })
     return out
 
@@ -436,14 +584,13 @@ def per_turn(runs: list[dict], configs: list[str]) -> list[dict]:
                     continue
                 ids = {r["prompt_id"] for r in rs}
                 sub = {k: v for k, v in ratios.items() if k[0] == s and k[1] in ids}
-                out.append({"suite": s, "turn": t, "config": c, **_aggregate(rs, sub)})
+                out.append({"suite": s, "turn": t, "config": c, **_aggregate(rs, sub, c == BASELINE)})
     return out
 
 
-def later_turns(runs: list[dict], config: str, baseline: str = "none", first: int = 2) -> dict | None:
-    """``config`` against target alone on turns ``first``.. of the multi-turn tasks:
-    the median over those (task, turn) prompts of the paired speedup, and the
-    acceptance; None when no run is on such a turn."""
+def later_turns(runs: list[dict], config: str, baseline: str = BASELINE, first: int = 2) -> dict | None:
+    """``config`` against ``baseline`` (target alone) on turns ``first``.. of the
+    multi-turn tasks, paired per run; None when no run is on such a turn."""
     later = {(r["suite"], r["prompt_id"]) for r in runs if r.get("turns", 1) > 1 and r.get("turn", 1) >= first}
     if not later:
         return None
@@ -451,4 +598,4 @@ def later_turns(runs: list[dict], config: str, baseline: str = "none", first: in
     rs = [r for r in runs if r["config"] == config and (r["suite"], r["prompt_id"]) in later]
     if not rs:
         return None
-    return {"config": config, "turns_from": first, **_aggregate(rs, ratios)}
+    return {"config": config, "turns_from": first, **_aggregate(rs, ratios, config == baseline)}

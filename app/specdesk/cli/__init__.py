@@ -15,7 +15,7 @@ from typing import Callable, Protocol, Sequence
 
 from .. import __version__
 from ..errors import SpecDeskError
-from . import bench, doctor, generate, models, rpc
+from . import bench, doctor, generate, models, rpc, serve
 from .args import Parser, add_generation_options, add_model_options
 from .output import EXIT_USAGE, error
 
@@ -43,14 +43,16 @@ def build_parser() -> Parser:
     add_model_options(g)
     add_generation_options(g)
 
-    c = sub.add_parser("compare", help="target alone vs speculative on the same prompt")
+    c = sub.add_parser("compare", help="target alone vs speculative on the same prompt, interleaved repeats")
     add_model_options(c)
     add_generation_options(c)
+    generate.add_compare_options(c)
 
     models.add_parsers(sub)
     bench.add_parsers(sub)
     doctor.add_parser(sub)
     rpc.add_parser(sub)
+    serve.add_parser(sub)
     gui = sub.add_parser("gui", help="open the app (the same as no command); `specdesk FILE...` is `specdesk gui FILE...`")
     add_app_options(gui)
     return p
@@ -95,6 +97,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "advise": bench.cmd_advise,
     "doctor": doctor.cmd_doctor,
     "rpc-server": rpc.cmd_rpc_server,
+    "serve": serve.cmd_serve,
 }
 
 

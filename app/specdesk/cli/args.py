@@ -128,7 +128,18 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def add_generation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", required=True, help="the prompt (chat-formatted with the target's template unless --raw)")
-    g.add_argument("--raw", action="store_true", help="plain completion: no chat template")
+    g.add_argument("--raw", action="store_true",
+                   help="plain completion: no chat template; special tokens written in the prompt (<|im_start|>) are "
+                        "parsed as llama.cpp's tools do")
+    g.add_argument("--no-parse-special", dest="parse_special", action="store_false",
+                   help="with --raw: tokenize special-token text such as <|im_start|> as plain text")
+    add_sampling_options(g)
+    g.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+
+def add_sampling_options(g, max_tokens_default: int | None = 256) -> None:
+    """The speculation and sampling options of generate, compare and serve (the
+    defaults a served request's own fields override)."""
     g.add_argument("--proposer", choices=list(PROPOSERS), default="draft")
     g.add_argument("--k", type=draft_length, default="auto", help="draft length: a positive integer or 'auto' (default)")
     g.add_argument("--p-min", type=float_in("p-min", 0.0, 1.0, hi_open=True), default=0.75,
@@ -138,8 +149,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float_in("top-p", 0.0, 1.0, lo_open=True), default=1.0, help="top-p, 1 = off")
     g.add_argument("--min-p", type=float_in("min-p", 0.0, 1.0, hi_open=True), default=0.0, help="min-p, 0 = off")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--max-tokens", type=positive_int("max tokens"), default=256)
-    g.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    g.add_argument("--max-tokens", type=positive_int("max tokens"), default=max_tokens_default,
+                   help=f"default {max_tokens_default}" if max_tokens_default else "default: the rest of the context")
 
 
 def default_model_path(role: str) -> Path:
@@ -201,7 +212,7 @@ def config_from_args(args, **over) -> GenerationConfig:
         p_min=args.p_min,
         sampling=sampling,
         seed=args.seed,
-        max_tokens=args.max_tokens,
+        max_tokens=over.pop("max_tokens", args.max_tokens),
     )
     return replace(cfg, **over) if over else cfg
 
@@ -210,5 +221,5 @@ def prompt_tokens(session: Session, args) -> list[int]:
     if not args.prompt.strip():
         raise SpecDeskError("the prompt is empty")
     if args.raw:
-        return session.raw_prompt(args.prompt)
+        return session.raw_prompt(args.prompt, parse_special=args.parse_special)
     return session.chat_prompt([{"role": "user", "content": args.prompt}])

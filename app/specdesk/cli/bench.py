@@ -2,20 +2,58 @@
 
 from __future__ import annotations
 
-import copy
 import datetime
 import sys
 from pathlib import Path
 
-from ..bench.advisor import advise, advisor_section, calibrate
+from ..bench.advisor import advise, calibrate
+from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
 from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
 from ..bench.report import check_writable, markdown, write_report
-from ..bench.runner import BenchOptions, SessionTarget, run_bench
+from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
-from ..session.text import drift_summary
-from .args import add_model_options, float_in, load_session, positive_int
+from ..session.text import drift_summary, noise_text, stopping_text
+from .args import add_model_options, float_in, int_at_least, load_session, positive_int
 from .output import dump_json, progress_bar
+
+
+def add_repeat_options(g, repeats: int) -> None:
+    """How many repeats: a fixed number, or until sure (``bench`` and ``compare``)."""
+    g.add_argument("--repeats", type=positive_int("repeats"), default=repeats,
+                   help=f"interleaved repeats of every prompt (default {repeats}; unused with --until-sure)")
+    g.add_argument("--until-sure", nargs="?", type=float_in("--until-sure", 0.0, 100.0, lo_open=True, hi_open=True),
+                   const=3.0, default=None, metavar="PCT",
+                   help="repeat until every configuration's 95%% interval is within +-PCT%% (default 3), "
+                        "or a budget is spent")
+    g.add_argument("--max-repeats", type=int_at_least("max repeats", 2, "at least 2"), default=10,
+                   help="with --until-sure: at most this many repeats (default 10)")
+    g.add_argument("--time-budget", type=float_in("--time-budget", 0.0, None, lo_open=True), default=None,
+                   metavar="MINUTES", help="with --until-sure: start no repeat that would end after this many minutes")
+
+
+def bench_options(args, **over) -> BenchOptions:
+    """The repeat, token and sampling options of ``bench`` or ``compare``."""
+    until = None
+    if args.until_sure is not None:
+        until = UntilSure(half_width=args.until_sure / 100.0, max_repeats=args.max_repeats,
+                          seconds=60.0 * args.time_budget if args.time_budget else None)
+    return BenchOptions(repeats=args.repeats, max_tokens=args.max_tokens, temperature=args.temp, seed=args.seed,
+                        until_sure=until, **over)
+
+
+def comparison_progress(desc: str):
+    """A progress bar over a whole comparison (calibration and runs) and its callback;
+    run-until-sure's round summaries are printed as they come."""
+    bar = progress_bar(total=1000, desc=desc, bar_format="{desc:<44.44} {percentage:3.0f}%|{bar}| {elapsed}")
+
+    def progress(msg: str, frac: float) -> None:
+        if msg.startswith("repeat "):
+            bar.write(msg, file=sys.stderr)
+        bar.set_description_str(msg, refresh=False)
+        bar.update(int(1000 * frac) - bar.n)  # redrawn at the bar's own pace (in a log: every few seconds)
+
+    return bar, progress
 
 
 def add_parsers(sub) -> None:
@@ -23,7 +61,8 @@ def add_parsers(sub) -> None:
         "bench",
         help="run prompt suites with and without speculation; write report.json/csv/md and charts",
         description="Runs every prompt of the suites with every configuration, interleaved, "
-        "and reports tokens/s, paired speedups against target alone, acceptance and identity at T=0.",
+        "and reports tokens/s, paired speedups against target alone with their 95% intervals and verdicts, "
+        "acceptance and identity at T=0.",
     )
     add_model_options(b)
     g = b.add_argument_group("benchmark")
@@ -31,7 +70,7 @@ def add_parsers(sub) -> None:
     g.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help=f"comma-separated (default: {DEFAULT_CONFIGS}); also translated (a draft with another "
                    "vocabulary) and ngram+history (n-gram lookup over the earlier turns too)")
-    g.add_argument("--repeats", type=positive_int("repeats"), default=3)
+    add_repeat_options(g, 3)
     g.add_argument("--max-tokens", type=positive_int("max tokens"), default=128)
     g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0)
     g.add_argument("--seed", type=int, default=0)
@@ -53,44 +92,40 @@ def cmd_bench(args) -> int:
         return 0
     configs = parse_configs(args.configs)
     suites = load_suite(args.suite)
+    options = ComparisonOptions(bench=bench_options(args, warmup=not args.no_warmup), advisor=not args.no_advisor)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     check_writable(out)  # fail before any model work when the report could not be written
     need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
     with load_session(args, need_draft) as s:
-        # on a draft with another vocabulary, draft configs run (and are named) translated
-        configs = resolve_configs(configs, s.translated)
+        resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
         if s.translated:
             print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
                   file=sys.stderr)
-        cal = None
-        if not args.no_advisor:
-            with progress_bar(total=100, desc="calibrating", leave=False, bar_format="{desc:<40.40} {percentage:3.0f}%|{bar}|") as bar:
-                def cal_progress(msg: str, frac: float) -> None:
-                    bar.set_description_str(msg)
-                    bar.n = int(100 * frac)
-                    bar.refresh()
-
-                cal = calibrate(s, progress=cal_progress)
-            s.auto.costs = copy.deepcopy(cal.costs)  # auto starts from the measured costs
-            print(f"calibrated in {cal.seconds:.1f} s: a verify batch of 4 costs {cal.verify_ratio(4):.2f} steps, "
-                  f"a draft token {cal.draft_ratio(1):.2f}", file=sys.stderr)
-        n_runs = sum(len(p.messages) for x in suites for p in x.prompts) * args.repeats * len(configs)
-        with progress_bar(total=n_runs + (0 if args.no_warmup else len(configs)), desc="bench", unit="run") as bar:
-            def progress(done: int, total: int, what: str) -> None:
-                bar.set_postfix_str(what[-40:], refresh=False)
-                bar.update(done - bar.n)
-
-            options = BenchOptions(
-                repeats=args.repeats, max_tokens=args.max_tokens, temperature=args.temp, seed=args.seed,
-                warmup=not args.no_warmup,
-            )
-            result = run_bench(SessionTarget(s), suites, configs, options, progress=progress)
-        if cal is not None:
-            result["advisor"] = advisor_section(cal, result)
+        bar, progress = comparison_progress("bench")
+        with bar:
+            res = run_comparison(s, suites, configs, options, progress=progress)
+    result = res.to_dict()
     paths = write_report(result, out)
     print(markdown(result))
+    print_comparison_notes(res)
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out}", file=sys.stderr)
     return 0
+
+
+def print_comparison_notes(res: ComparisonResult) -> None:
+    """On stderr: the calibration, how the repeats stopped, the machine's noise, and
+    the better quantization the draft's memory would buy."""
+    cal = res.calibration
+    if cal is not None:
+        print(f"calibrated in {cal.seconds:.1f} s: a verify batch of 4 costs {cal.verify_ratio(4):.2f} steps, "
+              f"a draft token {cal.draft_ratio(1):.2f}", file=sys.stderr)
+    rows = list(res.overall().values())
+    print(stopping_text(res.stopping, rows), file=sys.stderr)
+    print(noise_text(res.bench["summary"].get("noise")), file=sys.stderr)
+    if cal is not None and cal.quant_upgrade is not None:
+        pub, note = res.published_quant, res.published_quant_note
+        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
+              + (f"{pub.describe()}." if pub else f"{note}."), file=sys.stderr)
 
 
 def cmd_advise(args) -> int:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
+from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
+from ..bench.configs import BenchConfig
+from ..bench.suites import Prompt, Suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
-from ..session import Comparison, Generation, GenerationConfig, compare
-from ..session.drift import pair_drift
-from ..session.text import claim_text, verdict_text
+from ..session import Generation
+from ..session.text import claim_text, speed_verdict_text, verdict_text
 from .args import config_from_args, load_session, prompt_tokens
+from .bench import add_repeat_options, bench_options, comparison_progress
 from .output import dump_json
 
 
@@ -50,17 +53,17 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = None) -> str:
-    """``cfg`` as it ran on the pair (a draft with another vocabulary drafts translated)."""
-    base, spec = res.baseline, res.speculative
-    label = cfg.describe()
+def format_compare(base: Generation, spec: Generation, row: dict, label: str, memory: tuple[dict, dict],
+                   divergence: dict | None, greedy: bool, drift: dict | None, temperature: float) -> str:
+    """Target alone against ``label`` (the config as it ran on the pair: a draft with
+    another vocabulary drafts translated): repeat 1's runs side by side, and the paired
+    speedup over every repeat with its interval and verdict."""
     b, s = base.stats, spec.stats
-    mem_b = sum(m["total_bytes"] for m in res.baseline_memory["models"].values())
-    mem_s = sum(m["total_bytes"] for m in res.speculative_memory["models"].values())
+    mem_b = sum(m["total_bytes"] for m in memory[0]["models"].values())
+    mem_s = sum(m["total_bytes"] for m in memory[1]["models"].values())
     rows = [
         ("", "target alone", f"speculative ({label})"),
-        ("tokens/s", format_num(b.tokens_per_second, "{:.1f}"), format_num(s.tokens_per_second, "{:.1f}")
-         + (f"  ({res.speedup:.2f}x)" if res.speedup else "")),
+        ("tokens/s", format_num(b.tokens_per_second, "{:.1f}"), format_num(s.tokens_per_second, "{:.1f}")),
         ("generated tokens", str(b.generated), str(s.generated)),
         ("verify steps", str(b.steps), str(s.steps)),
         ("acceptance", "-", format_pct(s.acceptance_rate)),
@@ -72,13 +75,13 @@ def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = 
     w0 = max(len(r[0]) for r in rows) + 2
     w1 = max(len(r[1]) for r in rows) + 3
     lines = [f"{r[0]:<{w0}}{r[1]:<{w1}}{r[2]}" for r in rows]
-    if res.greedy:
-        d = res.divergence
-        if d is None:
-            lines.append("identical at T=0: yes")
+    lines.append(f"speedup: {speed_verdict_text(row)}")
+    if greedy:
+        if divergence is None:
+            lines.append("identical at T=0: yes" + (f" ({row['identical']}/{row['compared']} runs)" if row.get("compared") else ""))
         else:
-            lines.append(f"identical at T=0: no. {verdict_text(d.to_dict(), drift)}")
-    lines.append(claim_text(drift, cfg.sampling.temperature))
+            lines.append(f"identical at T=0: no. {verdict_text(divergence, drift)}")
+    lines.append(claim_text(drift, temperature))
     lines.append("")
     lines.append("--- target alone ---")
     lines.append(base.text)
@@ -88,24 +91,63 @@ def format_compare(res: Comparison, cfg: GenerationConfig, drift: dict | None = 
     return "\n".join(lines)
 
 
+def compare_json(base: Generation, spec: Generation, row: dict, res: ComparisonResult, memory: tuple[dict, dict],
+                 prompt_tokens: int, divergence: dict | None, greedy: bool, translated: bool, temperature: float) -> dict:
+    """``compare --json``: repeat 1's two runs in full, and the pair's statistics as
+    ``bench`` reports them per configuration."""
+    drift = res.to_dict()["drift"]
+    out = {
+        "prompt_tokens": prompt_tokens,
+        "baseline": {**base.to_dict(), "memory": memory[0]},
+        "speculative": {**spec.to_dict(), "memory": memory[1]},
+        "config": row["config"],
+        **{k: row.get(k) for k in ("speedup", "speedup_ci", "pairs", "verdict", "detectable", "spread_from", "spread_df")},
+        "stopping": res.stopping,
+        "noise": res.bench["summary"].get("noise"),
+        "drift": drift,
+        "translated": translated,
+        "exactness": claim_text(drift, temperature),
+    }
+    if greedy:
+        out["identical"] = divergence is None
+        out["identical_runs"] = row.get("identical")
+        out["compared_runs"] = row.get("compared")
+        if divergence is not None:
+            out["divergence"] = {**divergence, "explanation": verdict_text(divergence, drift)}
+    return out
+
+
+def add_compare_options(p) -> None:
+    """``compare``'s repeats: a fixed number (3) or until sure, as ``bench``."""
+    add_repeat_options(p.add_argument_group("repeats"), 3)
+
+
 def cmd_compare(args) -> int:
     cfg = config_from_args(args)
     if cfg.proposer == "none":
         raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer draft, ngram or hybrid")
+    config = BenchConfig(cfg.proposer, cfg.k, cfg.p_min)
+    options = ComparisonOptions(bench=bench_options(args, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),
+                                advisor=False, raw=args.raw, keep_repeats=(0,))
+    suite = Suite("compare", (Prompt("prompt", args.prompt, "compare"),), None, "")
     with load_session(args, need_draft=cfg.needs_draft) as s:
         prompt = prompt_tokens(s, args)
-        cfg = replace(cfg, proposer=s.proposer_name(cfg))  # named as it runs: draft is translated on such a pair
-        res = compare(s, prompt, cfg)
-        with s.lease():
-            drift = pair_drift(s).to_dict()  # cached per target setup, machine and build
-        if args.json:
-            out = res.to_dict()
-            out["drift"] = drift
-            out["translated"] = s.translated
-            out["exactness"] = claim_text(drift, cfg.sampling.temperature)
-            if res.divergence is not None:
-                out["divergence"]["explanation"] = verdict_text(res.divergence.to_dict(), drift)
-            print(dump_json(out))
-        else:
-            print(format_compare(res, cfg, drift))
+        s.check_fits(prompt, cfg.max_tokens)
+        bar, progress = comparison_progress("compare")
+        with bar:
+            res = run_comparison(s, [suite], [BenchConfig("none"), config], options, progress=progress)
+        memory = (s.memory(("target",)).to_dict(), s.memory().to_dict())
+    name = res.configs[1]  # named as it ran: draft is translated on such a pair
+    label = replace(cfg, proposer=name.split(":")[0]).describe()
+    base, spec = res.generations[("compare", "prompt", 0, "none")], res.generations[("compare", "prompt", 0, name)]
+    row = res.overall()[name]
+    run0 = next(r for r in res.bench["runs"] if r["config"] == name and r["repeat"] == 0)
+    greedy = cfg.sampling.greedy
+    divergence = run0.get("divergence") if greedy and run0.get("identical") is False else None
+    if args.json:
+        print(dump_json(compare_json(base, spec, row, res, memory, len(prompt), divergence, greedy, s.translated,
+                                     cfg.sampling.temperature)))
+    else:
+        print(format_compare(base, spec, row, label, memory, divergence, greedy, res.to_dict()["drift"],
+                             cfg.sampling.temperature))
     return 0

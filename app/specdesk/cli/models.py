@@ -90,7 +90,7 @@ def format_table(result: ScanResult) -> str:
         else:
             quant = str(info.get("quant") or "-")
             params = format_params(info.get("parameters"))
-            size = format_bytes(e.size)
+            size = format_bytes(e.size) + (f" in {e.parts} parts" if e.parts > 1 else "")
         rows.append((e.name, e.role or "-", ",".join(e.sources), quant, params, size, str(e.path)))
         if e.error:
             errors[len(rows) - 1] = e.error

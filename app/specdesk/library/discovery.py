@@ -27,10 +27,14 @@ an exception: partial downloads (``*.incomplete``, ``*.part``, ``*.partial``,
 loops, malformed Ollama manifests, Ollama blobs that are not GGUF files.
 
 The same real file found through several sources is one entry with every source label.
-Every file is checked with ``validate_gguf`` and summarised with ``inspect_gguf``; the
-result is cached per (real path, size, mtime_ns) in ``user_cache_dir()/library-cache.json``
-so a rescan does not read unchanged files again. Invalid files are listed with the
-validator's one-line message rather than dropped.
+A split model (``name-00001-of-0000N.gguf`` ...) is one entry whatever part was found:
+its path is the first part's (beside the others, in the folder or snapshot it was found
+in), its size that of all its parts, its name the model's (``name``), and a missing or
+mismatched part is its error. Every model is checked with ``validate_gguf`` and
+summarised with ``inspect_gguf``; the result is cached per (real path, size, mtime_ns,
+and each part's) in ``user_cache_dir()/library-cache.json`` so a rescan does not read
+unchanged files again. Invalid files are listed with the validator's one-line message
+rather than dropped.
 
 ``scan`` is plain Python without Qt, keeps no global state and can run in a worker
 thread; ``cancel`` is polled between folders and files (raising ``Cancelled``).
@@ -52,6 +56,7 @@ from ..errors import Cancelled
 from ..paths import hf_hub_cache, models_dir
 from .defaults import default_models
 from .folders import user_folders
+from .gguf.split import canonical, parse_split_name, split_parts
 from .scan_cache import InfoCache, inspect_file
 
 __all__ = [
@@ -104,6 +109,7 @@ class LibraryEntry:
     error: str | None = None  # why the file is not usable, if it is not
     revision: str | None = None  # Hugging Face snapshot revision (commit hash)
     present: bool = True  # False only for a default model that is not downloaded
+    parts: int = 1  # the files of a split model (``path`` is its first part)
 
     @property
     def valid(self) -> bool:
@@ -121,6 +127,7 @@ class LibraryEntry:
             "revision": self.revision,
             "ollama_tag": self.ollama_tag,
             "present": self.present,
+            "parts": self.parts,
             "valid": self.valid,
             "info": self.info,
             "error": self.error,
@@ -147,6 +154,44 @@ def _is_partial(name: str) -> bool:
 
 def _is_gguf_name(name: str) -> bool:
     return name.lower().endswith(".gguf")
+
+
+def _stem(p: Path) -> str:
+    """A file's name without .gguf; for a part of a split model, the model's."""
+    s = parse_split_name(p.name)
+    return s.base if s is not None and s.count > 1 else p.stem
+
+
+@dataclass
+class _Group:
+    """The hits of one model: one real file, or every part of a split model found."""
+
+    real: str  # the cache key: the real file, or a split model's first part
+    read: Path  # the path validated and inspected (a split model's first part as listed)
+    size: int
+    mtime_ns: int
+    parts: list[list[int]] | None = None  # a split model's [size, mtime_ns] per part ([] if missing)
+    hits: list[_Hit] = field(default_factory=list)
+
+
+def _split_group(h: _Hit) -> _Group | None:
+    """The group of a part of a split model, keyed by its first part; None for a single
+    file. Raises OSError when the part found is gone."""
+    s = parse_split_name(h.path.name)
+    if s is None or s.count < 2:
+        return None
+    os.stat(h.path)
+    first = h.path.with_name(s.part(1))
+    parts, stats = split_parts(first), []
+    for p in parts:
+        try:
+            st = os.stat(p)
+            stats.append([st.st_size, st.st_mtime_ns])
+        except OSError:
+            stats.append([])
+    real = os.path.realpath(first) if stats[0] else str(canonical(first))
+    present = [x for x in stats if x]
+    return _Group(real, first if stats[0] else h.path, sum(x[0] for x in present), max(x[1] for x in present), stats)
 
 
 @dataclass
@@ -271,7 +316,7 @@ class _Scan:
                 found.add(m.file)
                 self.hits.append(_Hit("models", p, m.name, role=m.role, default_name=True))
             else:
-                self.hits.append(_Hit("models", p, p.stem))
+                self.hits.append(_Hit("models", p, _stem(p)))
         self.missing_defaults = [(root / m.file, m) for f, m in defaults.items() if f not in found]
 
     def scan_folders(self, folders: list[Path]) -> None:
@@ -281,7 +326,7 @@ class _Scan:
                 self.note(f"folder: {folder} does not exist or is not a folder", logging.WARNING)
                 continue
             for p in self.walk(folder, "folder"):
-                self.hits.append(_Hit("folder", p, p.stem))
+                self.hits.append(_Hit("folder", p, _stem(p)))
 
     def scan_hf(self, cache_dir: Path) -> None:
         try:
@@ -348,7 +393,7 @@ class _Scan:
                 elif len(rel) == 2:
                     name = rel[0]
                 else:
-                    name = p.stem
+                    name = _stem(p)
                 self.hits.append(_Hit("lmstudio", p, name))
 
     def scan_ollama(self, root: Path) -> None:
@@ -423,56 +468,60 @@ class _Scan:
 
     # -- merge --------------------------------------------------------------------------
 
-    def entries(self, cache: InfoCache, seen: set[str]) -> list[LibraryEntry]:
-        groups: dict[str, list[_Hit]] = {}
-        stats: dict[str, os.stat_result] = {}
+    def groups(self) -> dict[str, _Group]:
+        """The hits by model: by real file, and a split model's parts (whichever were
+        found) under its first part."""
+        groups: dict[str, _Group] = {}
         for h in self.hits:
             try:
-                real = os.path.realpath(h.path)
-                st = os.stat(real)
+                g = _split_group(h)
+                if g is None:
+                    real = os.path.realpath(h.path)
+                    st = os.stat(real)
+                    g = _Group(real, Path(real), st.st_size, st.st_mtime_ns)
             except OSError as e:
                 self.note(f"{h.source}: skipped {h.path}: {e.strerror or e}", logging.WARNING)
                 continue
-            if real not in groups:
-                groups[real] = []
-                stats[real] = st
-            groups[real].append(h)
+            groups.setdefault(g.real, g).hits.append(h)
+        return groups
 
+    def entries(self, cache: InfoCache, seen: set[str]) -> list[LibraryEntry]:
+        groups = self.groups()
         out: list[LibraryEntry] = []
         n = len(groups)
-        for i, (real, hits) in enumerate(groups.items(), 1):
+        for i, (real, g) in enumerate(groups.items(), 1):
             self.check_cancel()
-            st = stats[real]
+            hits = g.hits
             seen.add(real)
             path_hit = min(hits, key=lambda h: _PATH_PRIORITY.index(h.source))
             name_hit = min(hits, key=lambda h: _NAME_PRIORITY.index("models-default" if h.default_name else h.source))
-            cached = cache.get(real, st.st_size, st.st_mtime_ns)
+            shown = path_hit.path if g.parts is None else path_hit.path.with_name(g.read.name)
+            cached = cache.get(real, g.size, g.mtime_ns, g.parts)
             if cached is None:
-                self.tell(f"reading {path_hit.path.name} ({i}/{n})")
-                info, error = inspect_file(Path(real))
-                # The message names the real file (an Ollama blob, an HF blob): name the listed one.
-                if error and Path(real).name != path_hit.path.name:
-                    error = _rename_label(error, Path(real).name, path_hit.path.name)
-                cache.put(real, st.st_size, st.st_mtime_ns, info, error)
+                self.tell(f"reading {shown.name} ({i}/{n})")
+                info, error = inspect_file(g.read)
+                cache.put(real, g.size, g.mtime_ns, info, error, g.parts)
             else:
                 info, error = cached
-                if error and Path(real).name != path_hit.path.name:
-                    error = _rename_label(error, Path(real).name, path_hit.path.name)
+            # The message names the real file (an Ollama blob, an HF blob): name the listed one.
+            if error and g.read.name != shown.name:
+                error = _rename_label(error, g.read.name, shown.name)
             ollama_tags = sorted({h.ollama_tag for h in hits if h.ollama_tag})
             hf = next((h for h in sorted(hits, key=lambda h: _PATH_PRIORITY.index(h.source)) if h.repo_id), None)
             role = next((h.role for h in hits if h.role), None)
             out.append(LibraryEntry(
-                path=path_hit.path,
+                path=shown,
                 name=name_hit.name,
                 sources=tuple(s for s in SOURCES if any(h.source == s for h in hits)),
-                size=st.st_size,
-                mtime_ns=st.st_mtime_ns,
+                size=g.size,
+                mtime_ns=g.mtime_ns,
                 role=role,
                 repo_id=hf.repo_id if hf else None,
                 revision=hf.revision if hf else None,
                 ollama_tag=ollama_tags[0] if ollama_tags else None,
                 info=info,
                 error=error,
+                parts=len(g.parts) if g.parts is not None else 1,
             ))
         for path, m in self.missing_defaults:
             hint = " --test-model" if m.role == "test" else ""

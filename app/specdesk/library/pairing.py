@@ -41,6 +41,7 @@ from ..rules.vocab import (
 from ..errors import Cancelled, SpecDeskError
 from ..jsoncache import JsonCache
 from .gguf import validate_gguf, vocab_info_from_gguf
+from .gguf.split import model_size
 
 log = logging.getLogger(__name__)
 _cache_lock = threading.Lock()
@@ -188,7 +189,7 @@ def drafts_for(
     (cheapest to run) first; then the others with their reason."""
     tfp = fingerprint(target, cancel=cancel)
     treal = Path(target).resolve()
-    tsize = treal.stat().st_size
+    tsize = model_size(Path(target))  # a split model's: all its parts
     items = [(Path(p), n) for p, n in candidates if Path(p).resolve() != treal]
     out: list[DraftCandidate] = []
     for i, (p, name) in enumerate(items):
@@ -197,7 +198,7 @@ def drafts_for(
         if progress:
             progress(f"checking {name}", i / max(1, len(items)))
         try:
-            size = p.stat().st_size
+            size = model_size(p)
             res = compare(tfp, fingerprint(p, cancel=cancel))
             if res is None:
                 res = check_pair(target, p, cancel)

@@ -1,5 +1,6 @@
-"""What the library learnt about each GGUF file (library-cache.json in the user cache),
-valid while the file's size and mtime stay the same, and how one file is inspected."""
+"""What the library learnt about each GGUF model (library-cache.json in the user cache),
+valid while the file's size and mtime stay the same (for a split model, every part's),
+and how one model is inspected."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def cache_path() -> Path:
 
 
 class InfoCache:
-    """real path -> {size, mtime_ns, info, error}; valid while size and mtime_ns match."""
+    """real path -> {size, mtime_ns, info, error[, parts]}; valid while size and mtime_ns
+    match, and for a split model (keyed by its first part) each part's [size, mtime_ns]
+    (``[]`` for a missing one): a part added, removed or changed is read again."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -41,20 +44,24 @@ class InfoCache:
         if isinstance(files, dict):
             self.files = {k: v for k, v in files.items() if isinstance(v, dict)}
 
-    def get(self, real: str, size: int, mtime_ns: int) -> tuple[dict | None, str | None] | None:
+    def get(self, real: str, size: int, mtime_ns: int,
+            parts: list[list[int]] | None = None) -> tuple[dict | None, str | None] | None:
         if not self.enabled:
             return None
         rec = self.files.get(real)
-        if rec is None or rec.get("size") != size or rec.get("mtime_ns") != mtime_ns:
+        if rec is None or rec.get("size") != size or rec.get("mtime_ns") != mtime_ns or rec.get("parts") != parts:
             return None
         info = rec.get("info")
         error = rec.get("error")
         return (info if isinstance(info, dict) else None, error if isinstance(error, str) else None)
 
-    def put(self, real: str, size: int, mtime_ns: int, info: dict | None, error: str | None) -> None:
+    def put(self, real: str, size: int, mtime_ns: int, info: dict | None, error: str | None,
+            parts: list[list[int]] | None = None) -> None:
         if not self.enabled:
             return
         self.files[real] = {"size": size, "mtime_ns": mtime_ns, "info": info, "error": error}
+        if parts is not None:
+            self.files[real]["parts"] = parts
         self.dirty = True
 
     def save(self, seen: set[str]) -> None:
@@ -108,7 +115,8 @@ def _summary(full: dict) -> dict:
 
 
 def inspect_file(path: Path) -> tuple[dict | None, str | None]:
-    """(summary or None, error or None) for one file; never raises."""
+    """(summary or None, error or None) for one model (a file, or a split model named by
+    one of its parts, as listed: its parts are found beside it by name); never raises."""
     error: str | None = None
     try:
         validate_gguf(path)

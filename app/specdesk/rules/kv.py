@@ -13,9 +13,11 @@ from collections.abc import Iterable
 
 def head_dims(n_embd: int, n_head: int, key_length: int | None = None, value_length: int | None = None) -> tuple[int, int]:
     """(K, V) size per head: the GGUF's ``attention.key_length``/``value_length`` when
-    set, else ``n_embd / n_head`` (llama.cpp's default); 0 without heads."""
+    set (even to 0, as llama.cpp reads them), else ``n_embd / n_head`` (llama.cpp's
+    default); 0 without heads. The one copy of this rule: the engine, the memory
+    estimate and validation use it."""
     default = n_embd // n_head if n_head > 0 else 0
-    return (key_length or default, value_length or default)
+    return (default if key_length is None else key_length, default if value_length is None else value_length)
 
 
 def kv_bytes_per_layer(n_ctx: int, n_head_kv: int, head_k: int, head_v: int, cache_type_bytes: float = 2.0) -> float:

@@ -7,11 +7,17 @@ the answer being generated.
 The file is the user's: it is created owner-only (folder 0o700, file 0o600), its
 schema carries a version (``PRAGMA user_version``) and is brought up to date by
 :data:`MIGRATIONS` when opened. A file that is not a usable chat database (damaged,
-not SQLite, of another schema, or written by a newer SpecDesk) is never deleted: it is
-moved aside (``chats.sqlite3.damaged-<time>``), a fresh one is started, and
+not SQLite, of another schema) is never deleted: it is moved aside
+(``chats.sqlite3.damaged-<time>``), a fresh one is started, and
 :attr:`ChatStore.recovered` says so in one line for the window to show. A damaged
 row is skipped when read (a message whose spans or statistics are damaged keeps its
 text), never an error.
+
+Another SpecDesk, of another version, may have the same file open. A database written
+by a newer SpecDesk is not damaged, and a database another connection has open is not
+this process's to change: neither is ever moved aside or migrated. This process then
+keeps its chats in memory (:attr:`ChatStore.saved` is False) and says why in
+:attr:`ChatStore.recovered`.
 """
 
 from __future__ import annotations
@@ -91,6 +97,46 @@ class _NotOurs(Exception):
     """The file opened but is not a chat database this code can use."""
 
 
+class _LeftAlone(Exception):
+    """The file is a chat database this process must not change (newer, or in use)."""
+
+
+def _in_use(path: Path) -> bool:
+    """Whether another connection, in this process or another, has the database open.
+    Every SpecDesk keeps its file in WAL mode, where an open connection holds a shared
+    lock on the file for as long as it is open, so an exclusive lock is refused."""
+    try:
+        probe = sqlite3.connect(str(path), timeout=0, isolation_level=None)
+    except sqlite3.Error:
+        return False
+    try:
+        probe.execute("PRAGMA locking_mode=EXCLUSIVE")
+        probe.execute("BEGIN EXCLUSIVE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.Error as e:
+        name = getattr(e, "sqlite_errorname", None)  # Python 3.11+
+        if name is not None:
+            return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+        return "locked" in str(e)
+    finally:
+        probe.close()
+
+
+def _check_ours_to_change(db: sqlite3.Connection, shared: bool) -> None:
+    """Raise _LeftAlone for a database written by a newer SpecDesk, and for an older one
+    that another connection has open (an older SpecDesk, still running): neither is this
+    process's to migrate or move aside."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise _LeftAlone(f"was written by a newer SpecDesk (schema {version}; this one reads up to {SCHEMA_VERSION})",
+                         "open it with that one")
+    started = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    if version < SCHEMA_VERSION and shared and started:
+        raise _LeftAlone(f"is open in another program, an older SpecDesk perhaps (schema {version}; this one "
+                         f"needs {SCHEMA_VERSION})", "close it and start this one again")
+
+
 def _is_damage(e: sqlite3.Error) -> bool:
     """SQLITE_NOTADB / SQLITE_CORRUPT ("file is not a database", "database disk image is
     malformed"): the file's fault. Locked, read-only, I/O errors are not."""
@@ -114,18 +160,24 @@ def _owner_only_file(path: Path) -> None:
 class ChatStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        # One line for the window when the old file could not be used (moved aside).
+        # One line for the window when the file could not be used (moved aside, or left alone).
         self.recovered: str | None = None
+        # False: the file was left alone and this session's chats live in memory only.
+        self.saved = True
+        self._shared = False  # another connection had the file open when this one opened it
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._db = self._open()
+        except _LeftAlone as e:
+            reason, advice = e.args
+            self._db = self._in_memory(f"The chat database {self.path} {reason}, so it was left as it is: {advice}")
         except _NotOurs as e:
-            self._db = self._start_afresh(str(e))
+            self._db = self._unusable(str(e))
         except sqlite3.Error as e:
             if not _is_damage(e):
                 raise SpecDeskError(f"cannot open the chat database {self.path}: {e}") from None
-            self._db = self._start_afresh(str(e))
+            self._db = self._unusable(str(e))
         except OSError as e:
             raise SpecDeskError(f"cannot open the chat database {self.path}: {e.strerror or e}") from None
 
@@ -135,13 +187,15 @@ class ChatStore:
             p = self.path.with_name(self.path.name + side)
             if p.exists():
                 _owner_only_file(p)
+        self._shared = _in_use(self.path)
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
             problems = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
             if problems != ["ok"]:
                 raise _NotOurs("damaged: " + "; ".join(str(p) for p in problems)[:200])
+            _check_ours_to_change(db, self._shared)  # before anything is written to the file
+            db.execute("PRAGMA journal_mode=WAL")
             self._migrate(db)
         except BaseException:
             db.close()
@@ -150,15 +204,18 @@ class ChatStore:
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
+        """Bring ``db`` to :data:`SCHEMA_VERSION`, one transaction per version."""
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise _NotOurs(f"written by a newer SpecDesk (schema {version}, this one reads {SCHEMA_VERSION})")
-        for v in range(version, SCHEMA_VERSION):
+        while version < SCHEMA_VERSION:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for sql in MIGRATIONS[v]:
-                    db.execute(sql)
-                db.execute(f"PRAGMA user_version = {v + 1}")
+                # read again under the write lock: another SpecDesk may have migrated it meanwhile
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version < SCHEMA_VERSION:
+                    for sql in MIGRATIONS[version]:
+                        db.execute(sql)
+                    version += 1
+                    db.execute(f"PRAGMA user_version = {version}")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -168,8 +225,26 @@ class ChatStore:
             if not wanted <= have:
                 raise _NotOurs(f"not a SpecDesk chat database (table {table} lacks {', '.join(sorted(wanted - have))})")
 
-    def _start_afresh(self, why: str) -> sqlite3.Connection:
+    def _unusable(self, why: str) -> sqlite3.Connection:
+        """The file is not a usable chat database: moved aside for a fresh one, unless
+        another connection has it open (then it is not this process's to move)."""
         why = " ".join(why.split())
+        if self._shared:
+            return self._in_memory(f"The chat database {self.path} could not be used ({why}) and another program "
+                                   "has it open, so it was left as it is: close that program and start SpecDesk again")
+        return self._start_afresh(why)
+
+    def _in_memory(self, why: str) -> sqlite3.Connection:
+        """A store for this session only, in memory; ``why`` says what happened to the file."""
+        self.saved = False
+        self.recovered = f"{why}. Chats in this window are not saved."
+        log.warning("%s", self.recovered)
+        db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA foreign_keys=ON")
+        self._migrate(db)
+        return db
+
+    def _start_afresh(self, why: str) -> sqlite3.Connection:
         kept = move_aside(self.path, why)
         if kept is None:
             raise SpecDeskError(f"the chat database {self.path} is unusable ({why}) and could not be moved aside; "
@@ -270,8 +345,9 @@ class ChatStore:
         ).fetchall()
         return [m for m in map(_message_from_row, rows) if m is not None]
 
-    def delete_message(self, message_id: int) -> None:
-        self._exec("DELETE FROM messages WHERE id = ?", (message_id,))
+    def delete_message(self, chat_id: int, message_id: int) -> None:
+        """Delete the message ``message_id`` of chat ``chat_id`` (another chat's is left alone)."""
+        self._exec("DELETE FROM messages WHERE id = ? AND chat_id = ?", (message_id, chat_id))
 
     def clear_messages(self, chat_id: int) -> None:
         self._exec("DELETE FROM messages WHERE chat_id = ?", (chat_id,))

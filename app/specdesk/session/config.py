@@ -12,6 +12,8 @@ from ..speculative.sampling import SamplingParams
 
 #: Every proposer, in the order the CLI and the app offer them (the registry's table).
 PROPOSERS = registry.NAMES
+#: The proposers a user chooses for a generation (translated follows from the pair).
+PROPOSER_CHOICES = registry.CHOICES
 #: The proposers that run a draft model (the rest need only the target).
 DRAFT_MODEL_PROPOSERS = tuple(n for n in PROPOSERS if registry.kind(n).needs_draft)
 #: The proposers that work without a draft model.

@@ -5,6 +5,7 @@ docstring for an example)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -13,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..engine.chat import render_chat
+from ..chat.worker import render_bounded, shared_renderer
 from ..engine.context import Context
 from ..engine.devices import handles
 from ..system.memory import MemoryReport, ModelMemory, report
@@ -22,7 +23,9 @@ from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..library.gguf import validate_gguf
+from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
+from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
@@ -37,9 +40,15 @@ HISTORY_PROMPT_TAIL = 64
 LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
 
 
-def check_model_file(path: Path) -> None:
-    """Validate a GGUF before it reaches llama.cpp (raises ModelFileError)."""
-    validate_gguf(path)
+def check_model_file(path: Path) -> Path:
+    """Validate a GGUF before it reaches llama.cpp (raises ModelFileError) and return
+    the file llama.cpp must be given: ``path`` itself, or for a split model named by
+    any of its parts, its first part (every part checked, a missing or mismatched one
+    named in one line)."""
+    g = validate_gguf(path)
+    # named from the path given (not the memoised header's, which may be another
+    # spelling of the same file): llama.cpp finds the other parts beside this one
+    return first_part(Path(path)) if split_count(g) > 1 else Path(path)
 
 
 class LoadedModel:
@@ -81,7 +90,7 @@ class LoadedModel:
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
               placement: remote.Placement | None = None) -> LoadedModel:
-    check_model_file(spec.path)
+    spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
         name = spec.path.name
@@ -172,6 +181,13 @@ class Session:
             self.auto.restore_costs(state)
             log.info("auto starts from the costs measured last time on this pair")
 
+    def seed_costs(self, costs: CostModel) -> None:
+        """Start ``auto`` from these measured costs (a calibration's): a copy, so the
+        calibration keeps its own, and a reseed, so auto looks again at every source
+        the old costs had stopped."""
+        self.auto.costs = copy.deepcopy(costs)
+        self.auto.reseeded()
+
     def save_costs(self) -> None:
         if self._costs_key is None or self.auto.costs.step_cost is None:
             return
@@ -195,10 +211,11 @@ class Session:
         draft with another vocabulary drafts text that is re-tokenized for the target
         (``translated``) instead of being refused. ``placement`` is the target's plan
         (:func:`plan_target`, e.g. from the preflight); without one it is planned here."""
-        check_model_file(target.path)
+        shared_renderer().start()  # the chat template's helper process starts while the models load
+        target = replace(target, path=check_model_file(target.path))
         if draft is not None:
-            check_model_file(draft.path)
-        sizes = [target.path.stat().st_size, draft.path.stat().st_size if draft else 0]
+            draft = replace(draft, path=check_model_file(draft.path))
+        sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
         if placement is None:
             placement = plan_target(target)
@@ -257,23 +274,32 @@ class Session:
 
     # -- prompts ----------------------------------------------------------------
 
-    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
-        """Tokens of a chat, formatted with the target's own chat template."""
+    def chat_prompt(self, messages: Sequence[dict], cancel: Callable[[], bool] | None = None) -> list[int]:
+        """Tokens of a chat, formatted with the target's own chat template. The
+        template is rendered in the bounded helper process (chat.worker): one
+        that needs too much memory or time is stopped with a one-line
+        SpecDeskError; Cancelled when ``cancel()`` turns true during the render."""
         m = self.target.model
         vi = m.vocab_info()
-        text = render_chat(
+        text = render_bounded(
             m.chat_template(),
             messages,
             bos_token=m.token_text(vi.bos) if vi.bos >= 0 else "",
             eos_token=m.token_text(vi.eos) if vi.eos >= 0 else "",
+            cancel=cancel,
         )
-        toks = m.tokenize(text, add_special=True, parse_special=True)
-        if len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:
-            toks = toks[1:]  # the template already wrote BOS
-        return toks
+        return self.raw_prompt(text)
 
-    def raw_prompt(self, text: str) -> list[int]:
-        return self.target.model.tokenize(text, add_special=True, parse_special=False)
+    def raw_prompt(self, text: str, parse_special: bool = True) -> list[int]:
+        """Tokens of a plain prompt. As llama.cpp's tools (llama-server, llama-cli)
+        do, special tokens written in the text (``<|im_start|>``) become those tokens,
+        so a hand-written chat prompt tokenizes as the chat template's would; with
+        ``parse_special=False`` the text is only text (``<``, ``|``, ``im``, ...)."""
+        vi = self.target.model.vocab_info()
+        toks = self.target.model.tokenize(text, add_special=True, parse_special=parse_special)
+        if parse_special and len(toks) >= 2 and vi.bos >= 0 and toks[0] == toks[1] == vi.bos:
+            toks = toks[1:]  # the text already began with BOS
+        return toks
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.target.model.detokenize(list(tokens))

@@ -10,6 +10,7 @@ some layers here); without it llama.cpp splits the offloaded layers by free memo
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +37,16 @@ probe = _rpc.probe
 registered = _rpc.registered
 #: "all layers" for llama.cpp's n_gpu_layers
 ALL_LAYERS = 999
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (a server bound there is out of the network's reach)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def rpc_supported() -> bool:

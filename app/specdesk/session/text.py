@@ -10,6 +10,7 @@ reports show, over the typed results of the algorithm (which holds none).
 
 from __future__ import annotations
 
+from ..chat.sandbox import HINT as TEMPLATE_HINT
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
 from ..speculative.proposers import registry
 from ..speculative.stats import Stats
@@ -24,6 +25,18 @@ PROPOSER_LABELS = {
     "none": "None (target alone)",
 }
 assert set(PROPOSER_LABELS) == set(registry.NAMES), "every proposer needs a label"
+
+
+def for_the_app(message: str) -> str:
+    """An error line as the app shows it: the chat template's advice names what a
+    window user can do (the CLI's --raw is not in the window)."""
+    return message.replace(TEMPLATE_HINT, "load another model, or run it from the command line with --raw")
+
+
+def without_draft_text(asked: str, runs: str) -> str:
+    """Why an answer runs ``runs`` when its chat asks for ``asked``, which needs a draft
+    model that is not loaded."""
+    return f"no draft model loaded: {runs} instead of {asked}"
 
 
 def share_text(x: float) -> str:
@@ -161,3 +174,166 @@ def slower_reason(st: Stats) -> str:
     if st.acceptance_rate is not None and st.acceptance_rate < 0.5:
         return f"acceptance: only {100 * st.acceptance_rate:.0f}% of drafted tokens were kept"
     return "verify cost: checking a batch of drafted tokens costs nearly as much as generating them one by one here"
+
+
+# -- speedups and how sure they are (rows of the benchmark summary: speedup, speedup_ci,
+# pairs, verdict, detectable; see specdesk.bench.stats) --------------------------------
+
+#: How each verdict reads in a table.
+VERDICT_LABELS = {"faster": "faster", "slower": "slower", "within-noise": "within noise", "baseline": "baseline"}
+
+
+def _pm(fraction: float) -> str:
+    return f"±{100 * fraction:.1f}%" if fraction < 0.1 else f"±{100 * fraction:.0f}%"
+
+
+def verdict_label(row: dict) -> str:
+    """A verdict for a table cell: "faster", "slower", "within noise ±4.0%"."""
+    v = row.get("verdict")
+    label = VERDICT_LABELS.get(v or "", "–")
+    if v == "within-noise" and row.get("detectable") is not None:
+        label += f" {_pm(row['detectable'])}"
+    return label
+
+
+def interval_text(ci) -> str:
+    """A 95% interval of a speedup: "0.97–1.20"."""
+    if not ci:
+        return "–"
+    return f"{ci[0]:.2f}–{ci[1]:.2f}"
+
+
+def speedup_text(row: dict) -> str:
+    """A speedup with its interval: "1.08× (0.97–1.20)", or "1.08×" with one pair."""
+    s = row.get("speedup")
+    if s is None:
+        return "–"
+    if row.get("verdict") == "baseline":
+        return f"{s:.2f}×"
+    ci = row.get("speedup_ci")
+    return f"{s:.2f}× ({interval_text(ci)})" if ci else f"{s:.2f}×"
+
+
+def detectable_text(row: dict) -> str:
+    """The smallest difference the run could see: "differences under ±4.0% cannot be
+    seen with 6 pairs here"."""
+    pairs, d = row.get("pairs") or 0, row.get("detectable")
+    if d is None:
+        if pairs == 1:
+            return "one pair cannot tell a difference from noise: run 2 repeats or more"
+        return "nothing was measured"
+    return f"differences under {_pm(d)} cannot be seen with {pairs} pair{'s' if pairs != 1 else ''} here"
+
+
+def speed_verdict_text(row: dict) -> str:
+    """The verdict on one configuration in a sentence, with its interval."""
+    v, s = row.get("verdict"), row.get("speedup")
+    if v == "baseline":
+        return "target alone: the baseline every speedup is measured against"
+    if s is None or v is None:
+        return "not measured"
+    ci, pairs = row.get("speedup_ci"), row.get("pairs") or 0
+    where = f"{s:.2f}× target alone" + (f", 95% interval {interval_text(ci)}" if ci else "") + f" over {pairs} pairs"
+    if v == "faster":
+        return f"faster: {where}; all of the interval is above 1×"
+    if v == "slower":
+        return f"slower: {where}; all of the interval is below 1×"
+    return f"within noise: {where}, which holds 1×; {detectable_text(row)}"
+
+
+def until_sure_text(repeat: int, max_repeats: int, rows: list[dict], target: float) -> str:
+    """Progress of run-until-sure: "repeat 4 of at most 10; draft:k=2 is slower,
+    ngram:auto still within noise (±5.2%)"."""
+    parts = []
+    for row in rows:
+        c, v, d = row.get("config"), row.get("verdict"), row.get("detectable")
+        if v in ("faster", "slower"):
+            parts.append(f"{c} is {v}")
+        elif d is None:
+            parts.append(f"{c} needs more pairs")
+        elif d <= target:
+            parts.append(f"{c} is within noise ({_pm(d)}, sure)")
+        else:
+            parts.append(f"{c} still within noise ({_pm(d)})")
+    return f"repeat {repeat} of at most {max_repeats}" + ("; " + ", ".join(parts) if parts else "")
+
+
+def stopping_text(stopping: dict | None, rows: list[dict]) -> str:
+    """Why the runs stopped where they did."""
+    if not stopping:
+        return ""
+    r, reason = stopping.get("repeats") or 0, stopping.get("reason")
+    reps = f"{r} repeat{'s' if r != 1 else ''}"
+    if stopping.get("mode") != "until-sure":
+        return f"Ran {reps}, as asked; run until sure to repeat until every interval is narrow enough."
+    target = stopping.get("half_width") or 0.0
+    wide = [f"{row['config']} {_pm(row['detectable'])}" if row.get("detectable") is not None else row["config"]
+            for row in rows if row.get("verdict") != "baseline"
+            and (row.get("detectable") is None or row["detectable"] > target)]
+    if reason == "sure":
+        return f"Sure after {reps}: every interval is within {_pm(target)}."
+    left = f": still wider than {_pm(target)}: {', '.join(wide)}" if wide else ""
+    if reason == "time":
+        seconds = stopping.get("seconds_budget") or 0
+        return f"Stopped at the time budget ({seconds / 60:.0f} min) after {reps}{left}."
+    return f"Stopped at the budget of {reps}{left}."
+
+
+def noise_text(noise: dict | None) -> str:
+    """The machine's noise floor, from target alone's repeats."""
+    x = (noise or {}).get("run_to_run")
+    if x is None:
+        return "Target alone ran once per prompt, so this machine's run-to-run noise was not measured."
+    return (f"On this machine target alone's speed moved by about {_pm(x)} from one repeat to the next "
+            f"({noise.get('runs')} runs): a single run cannot show a smaller difference.")
+
+
+def prediction_text(predicted: float, row: dict) -> str:
+    """The advisor's prediction against the measured interval."""
+    ci = row.get("speedup_ci")
+    if not ci:
+        return f"predicted {predicted:.2f}×; the measurement has no interval (one pair)"
+    where = "inside" if ci[0] <= predicted <= ci[1] else "outside"
+    return (f"predicted {predicted:.2f}×, measured {row['speedup']:.2f}× (95% interval {interval_text(ci)}): "
+            f"the prediction is {where} the measured interval")
+
+
+def measured_best_text(row: dict) -> str:
+    """The best measured configuration, said as sure as the run allows."""
+    s, v = row.get("speedup"), row.get("verdict")
+    ci = row.get("speedup_ci")
+    where = f"{row['config']} at {s:.2f}× overall" + (f" (95% interval {interval_text(ci)})" if ci else "")
+    if v == "faster":
+        return f"Measured: the best configuration was {where}, faster than target alone."
+    if v == "slower":
+        return f"Measured: every configuration was slower than target alone; the best was {where}."
+    return f"Measured: the best configuration was {where}, within noise of target alone."
+
+
+def chat_verdict_text(ratio: float, band: float, verdict: str, reference: float, how: str, live: bool,
+                      slower_why: str = "") -> str:
+    """The chat's verdict line: one answer against target alone's reference speed,
+    judged against what the machine's noise allows one run (``band``, a fraction)."""
+    prefix = "So far: " if live else ""
+    ref = (f" (target alone {reference:.1f} tok/s, "
+           + ("measured)" if how == "measured" else "estimated from this session's target steps)"))
+    if verdict == "faster":
+        return f"{prefix}{ratio:.2f}× target alone — faster, beyond this machine's noise ({_pm(band)} for one answer).{ref}"
+    if verdict == "slower":
+        return f"{prefix}{ratio:.2f}× target alone — slower, {slower_why}.{ref}"
+    return (f"{prefix}{ratio:.2f}× target alone — within this machine's noise ({_pm(band)} for one answer): "
+            f"run a comparison to tell.{ref}")
+
+
+#: Under the replayed answers: what the race shows, and why it is replayed.
+REPLAY_NOTE = (
+    "Replay types each answer out at the times its tokens were really produced (the clock starts with the "
+    "prompt). The runs ran one after another, interleaved; two live runs side by side would fight over this "
+    "machine's cores and slow each other down, so replaying the recorded times is the honest race."
+)
+
+
+def replay_clock_text(t: float, end: float, speed: float) -> str:
+    """The replay's clock: "1.24 s of 3.50 s" (and the speed when not real time)."""
+    text = f"{t:.2f} s of {end:.2f} s"
+    return text if speed == 1.0 else f"{text} at {speed:g}×"

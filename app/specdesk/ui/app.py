@@ -7,12 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QStandardPaths, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSettings, QStandardPaths, QTimer, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from .. import __version__
-from ..paths import APP_NAME, asset_path
+from ..paths import APP_NAME, asset_path, user_config_dir
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,10 @@ def configure_identity() -> None:
     QCoreApplication.setOrganizationName(APP_NAME)
     QCoreApplication.setApplicationName(APP_NAME)
     QCoreApplication.setApplicationVersion(__version__)
+    config = user_config_dir()
+    if config is not None:  # every QSettings made after this is $SPECDESK_CONFIG_DIR/SpecDesk/SpecDesk.ini
+        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(config))
 
 
 def data_dir() -> Path:

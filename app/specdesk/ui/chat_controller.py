@@ -20,6 +20,7 @@ from PySide6.QtGui import QGuiApplication
 from ..session import Generation, Session
 from ..session.chatstore import ChatStore, Message
 from ..session.fit import fit_chat
+from ..session.text import for_the_app as text_for_app
 from ..speculative.stats import Stats
 from .chat_panel import ChatPanel, ChatSidebar
 from .chat_view import Span
@@ -78,6 +79,9 @@ class ChatController(QObject):
         self.task: Task | None = None
         self.closing = False
         self._last_mem = 0.0
+        #: how an answer's steps are made (on its worker): the window routes them through
+        #: the queue it shares with the requests it serves (ServeController.chat_steps)
+        self.steps_of = lambda s, prompt, cfg, cancel: s.generate(prompt, cfg, cancel=cancel)
 
     # Lasts until the task's outcome has been handled on this thread, not while its
     # thread runs: a thread ends a moment before its queued result arrives.
@@ -196,14 +200,16 @@ class ChatController(QObject):
         s = self.host.session
         cfg = self.host.settings.generation_config(has_draft=s.draft is not None)
         chat_id = self.chat_id
+        steps_of = self.steps_of
 
         def run(task: Task) -> Generation:
-            # The chat template runs here, off the UI thread (it came with the file).
-            prompt, dropped = fit_chat(s, history, cfg.max_tokens)
+            # The chat template runs here, off the UI thread, in its bounded helper process;
+            # Stop (and closing the window) cancels the render too.
+            prompt, dropped = fit_chat(s, history, cfg.max_tokens, cancel=task.is_cancelled)
             s.check_fits(prompt, cfg.max_tokens)
             task.report("started", float(dropped))
             steps = []
-            for step in s.generate(prompt, cfg, cancel=task.is_cancelled):
+            for step in steps_of(s, prompt, cfg, task.is_cancelled):
                 steps.append(step)
                 task.emit_step(step)
             return Generation(steps=steps, config=cfg, prompt=prompt)
@@ -235,7 +241,8 @@ class ChatController(QObject):
         self.stats.reset()
         self.host.show_reference()
         self.view.begin_answer()
-        self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}")
+        _, why = self.host.settings.proposer_for(has_draft=s.draft is not None)
+        self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}" + (f" · {why}" if why else ""))
         self.latency.start()
         task.start()
         self.changed.emit()
@@ -310,7 +317,7 @@ class ChatController(QObject):
         if chat_id == self.chat_id:
             self.open_chat(chat_id)
         if msg:
-            self.host.show_error(msg)
+            self.host.show_error(text_for_app(msg))
         else:
             self.host.set_status("stopped")
         self._delivered()

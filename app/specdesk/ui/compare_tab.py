@@ -1,23 +1,26 @@
-"""The Compare tab: the honest evaluation a user would otherwise do by hand.
+"""The Compare tab: a view of one comparison (:func:`specdesk.bench.comparison.run_comparison`,
+the engine ``specdesk bench`` runs too).
 
-Pick prompts (one of your own, or a suite) and configurations; SpecDesk runs them
-interleaved against target alone, off the UI thread, and shows tokens/s, the paired
-speedup, acceptance, tokens per step, the draft's extra memory, whether the output
-is identical at temperature 0 (and why not), the advisor's prediction next to each
-measured speedup, and the answers side by side. Next to "identical at T=0" it shows
-what exactness means on this machine: the target's kernel drift between single-token
-steps and verify batches, measured (or taken from the cache) before the runs.
+Pick prompts (one of your own, or a suite), configurations and how sure to be: by
+default the comparison runs *until sure*, adding interleaved repeats until every
+configuration's 95% interval is within the target (or a repeat or time budget is
+spent), with progress ("repeat 4 of at most 10; …") and cancel. The table shows
+tokens/s, the paired speedup with its interval and verdict (green only when the
+whole interval is above 1, "within noise" as such), the advisor's prediction,
+acceptance, tokens per step, the draft's extra memory and identity at T=0 (with the
+kernel drift that bounds it); the chart draws the intervals as error bars; the
+answers sit side by side and replay at the speed each was produced
+(:mod:`specdesk.ui.replay`).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -44,17 +47,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..bench.advisor import advisor_section, calibrate
-from ..session import needs_draft_model
-from ..session.drift import pair_drift
+from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
 from ..bench.configs import parse_configs
 from ..bench.report import write_report
-from ..bench.runner import BenchOptions, SessionTarget, run_bench
+from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
-from ..errors import Cancelled, SpecDeskError
-from ..library.quants import offer_upgrade
-from ..session.text import claim_text, verdict_text
+from ..errors import SpecDeskError
 from ..fmt import format_bytes
+from ..session import needs_draft_model
+from ..session.text import (
+    claim_text,
+    noise_text,
+    prediction_text,
+    speed_verdict_text,
+    speedup_text,
+    stopping_text,
+    verdict_label,
+    verdict_text,
+)
+from .replay import RaceView
 from .stats_panel import BLUE, GREY
 from .tasks import Task
 
@@ -64,12 +75,25 @@ PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", 
 DEFAULT_ON = {"draft:k=2", "draft:k=4", "draft:auto", "ngram"}
 CUSTOM_PROMPT = "(your prompt below)"
 
+# A speedup's colour follows its verdict: green only when the whole interval is above 1.
+VERDICT_COLOURS = {"faster": "#2b8a3e", "slower": "#c92a2a", "within-noise": "#868e96"}
+VERDICT_BARS = {"faster": "#69db7c", "slower": "#ffa8a8", "within-noise": "#ced4da"}
+COLUMNS = ["config", "tok/s", "speedup (95%)", "verdict", "predicted", "accepted", "tok/step", "+memory", "same at T=0"]
+COLUMN_TIPS = ["", "decode tokens per second", "tok/s against target alone, paired per repeat: the geometric mean "
+               "and its 95% interval", "faster or slower only when the whole interval is on one side of 1×",
+               "the advisor's predicted speedup", "acceptance rate of drafted tokens",
+               "tokens per target step (1 for target alone)", "memory the draft adds",
+               "whether the output equals target alone's at temperature 0"]
+SPEEDUP, VERDICT, PREDICTED, IDENTITY = 2, 3, 4, 8
+
 
 class CompareTab(QWidget):
-    # the finished benchmark result dict
+    # the finished benchmark result dict (ComparisonResult.to_dict())
     finished = Signal(object)
     # tokens/s of target alone, for the chat's reference line: (target path, tok/s)
     reference_measured = Signal(object, float)
+    # how far one run's speed moves from repeat to repeat here (a fraction), for the chat's verdict
+    noise_measured = Signal(float)
     error = Signal(str)
     # emitted whenever a run ends, however it ended
     stopped = Signal()
@@ -81,75 +105,24 @@ class CompareTab(QWidget):
         self._session = session_provider
         self._task: Task | None = None
         self._handled = True  # the last comparison's outcome has been handled
+        self.comparison: ComparisonResult | None = None
         self.result: dict | None = None
-        self.calibration = None
-
+        self._published: dict | None = None
+        self._suite_file: str | None = None
         root = QHBoxLayout(self)
-        # ---- controls: one column that scrolls when the screen is short (1280x720)
+        root.addWidget(self._build_controls())
+        root.addWidget(self._build_results(), 1)
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def _build_controls(self) -> QWidget:
+        """One column that scrolls when the screen is short (1280x720)."""
         controls = QWidget()
         cl = QVBoxLayout(controls)
         cl.setContentsMargins(0, 6, 4, 0)  # room for the first group box title
-
-        pbox = QGroupBox("Prompts")
-        pl = QVBoxLayout(pbox)
-        self.source = QComboBox()
-        self.source.setObjectName("compareSource")
-        self.source.addItem(CUSTOM_PROMPT, None)
-        try:
-
-            for name, n, desc in describe_builtin():
-                self.source.addItem(f"suite: {name} ({n} prompts)", name)
-                self.source.setItemData(self.source.count() - 1, desc, Qt.ItemDataRole.ToolTipRole)
-            self.source.addItem("suite: all", "all")
-        except SpecDeskError as e:
-            log.warning("built-in suites unavailable: %s", e)
-        self.source.addItem("suite from a file…", "__file__")
-        self.source.currentIndexChanged.connect(self._source_changed)
-        pl.addWidget(self.source)
-        self.prompt = QPlainTextEdit()
-        self.prompt.setObjectName("comparePrompt")
-        self.prompt.setPlaceholderText("A prompt to compare on, e.g. rewrite a function you pasted here.")
-        self.prompt.setPlainText("Write a Python function that checks whether a number is prime.")
-        self.prompt.setMaximumHeight(110)
-        pl.addWidget(self.prompt)
-        self._suite_file: str | None = None
-        cl.addWidget(pbox)
-
-        cbox = QGroupBox("Configurations (target alone always runs)")
-        cg = QGridLayout(cbox)
-        self.config_boxes: dict[str, QCheckBox] = {}
-        for i, name in enumerate(PRESET_CONFIGS):
-            b = QCheckBox(name)
-            b.setChecked(name in DEFAULT_ON)
-            self.config_boxes[name] = b
-            cg.addWidget(b, i // 2, i % 2)
-        self.extra_configs = QLineEdit()
-        self.extra_configs.setObjectName("extraConfigs")
-        self.extra_configs.setPlaceholderText("more, e.g. draft:k=6,ngram:k=8")
-        cg.addWidget(self.extra_configs, (len(PRESET_CONFIGS) + 1) // 2, 0, 1, 2)
-        cl.addWidget(cbox)
-
-        obox = QGroupBox("Run")
-        of = QFormLayout(obox)
-        self.repeats = QSpinBox()
-        self.repeats.setRange(1, 20)
-        self.repeats.setValue(2)
-        of.addRow("Repeats", self.repeats)
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(8, 4096)
-        self.max_tokens.setValue(96)
-        of.addRow("Max tokens", self.max_tokens)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setToolTip("At 0 the outputs must match target alone; SpecDesk checks and explains")
-        of.addRow("Temperature", self.temperature)
-        self.use_advisor = QCheckBox("predict with the advisor (~20 s)")
-        self.use_advisor.setToolTip("Measures this machine's step, verify and draft costs first, then predicts each configuration's speedup")
-        self.use_advisor.setChecked(True)
-        of.addRow(self.use_advisor)
-        cl.addWidget(obox)
-
+        cl.addWidget(self._build_prompts())
+        cl.addWidget(self._build_configs())
+        cl.addWidget(self._build_run())
         row = QHBoxLayout()
         self.run_btn = QPushButton("Run comparison")
         self.run_btn.setObjectName("runCompareButton")
@@ -174,24 +147,15 @@ class CompareTab(QWidget):
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
         cl.addWidget(self.status)
-        self.advice = QLabel("")
-        self.advice.setObjectName("adviceLabel")
-        self.advice.setWordWrap(True)
-        self.advice.setStyleSheet("padding:6px; background:#f1f3f5; border-radius:4px;")
-        self.advice.setVisible(False)
+        self.advice = self._note("adviceLabel", "padding:6px; background:#f1f3f5; border-radius:4px;")
         cl.addWidget(self.advice)
-        self._published: dict | None = None
         self.quant_btn = QPushButton("Download…")
         self.quant_btn.setObjectName("downloadQuantButton")
         self.quant_btn.setVisible(False)
         self.quant_btn.clicked.connect(
             lambda: self._published and self.download_requested.emit(self._published["repo"], self._published["file"]))
         cl.addWidget(self.quant_btn)
-        self.exactness = QLabel("")
-        self.exactness.setObjectName("exactnessLabel")
-        self.exactness.setWordWrap(True)
-        self.exactness.setStyleSheet("padding:6px; background:#f8f9fa; border-radius:4px; color:#343a40;")
-        self.exactness.setVisible(False)
+        self.exactness = self._note("exactnessLabel", "padding:6px; background:#f8f9fa; border-radius:4px; color:#343a40;")
         cl.addWidget(self.exactness)
         cl.addStretch(1)
         scroll = QScrollArea()
@@ -201,22 +165,126 @@ class CompareTab(QWidget):
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFixedWidth(340)
-        root.addWidget(scroll)
+        return scroll
 
-        # ---- results
+    @staticmethod
+    def _note(name: str, style: str) -> QLabel:
+        label = QLabel("")
+        label.setObjectName(name)
+        label.setWordWrap(True)
+        label.setStyleSheet(style)
+        label.setVisible(False)
+        return label
+
+    def _build_prompts(self) -> QGroupBox:
+        pbox = QGroupBox("Prompts")
+        pl = QVBoxLayout(pbox)
+        self.source = QComboBox()
+        self.source.setObjectName("compareSource")
+        self.source.addItem(CUSTOM_PROMPT, None)
+        try:
+            for name, n, desc in describe_builtin():
+                self.source.addItem(f"suite: {name} ({n} prompts)", name)
+                self.source.setItemData(self.source.count() - 1, desc, Qt.ItemDataRole.ToolTipRole)
+            self.source.addItem("suite: all", "all")
+        except SpecDeskError as e:
+            log.warning("built-in suites unavailable: %s", e)
+        self.source.addItem("suite from a file…", "__file__")
+        self.source.currentIndexChanged.connect(self._source_changed)
+        pl.addWidget(self.source)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setObjectName("comparePrompt")
+        self.prompt.setPlaceholderText("A prompt to compare on, e.g. rewrite a function you pasted here.")
+        self.prompt.setPlainText("Write a Python function that checks whether a number is prime.")
+        self.prompt.setMaximumHeight(110)
+        pl.addWidget(self.prompt)
+        return pbox
+
+    def _build_configs(self) -> QGroupBox:
+        cbox = QGroupBox("Configurations (target alone always runs)")
+        cg = QGridLayout(cbox)
+        self.config_boxes: dict[str, QCheckBox] = {}
+        for i, name in enumerate(PRESET_CONFIGS):
+            b = QCheckBox(name)
+            b.setChecked(name in DEFAULT_ON)
+            self.config_boxes[name] = b
+            cg.addWidget(b, i // 2, i % 2)
+        self.extra_configs = QLineEdit()
+        self.extra_configs.setObjectName("extraConfigs")
+        self.extra_configs.setPlaceholderText("more, e.g. draft:k=6,ngram:k=8")
+        cg.addWidget(self.extra_configs, (len(PRESET_CONFIGS) + 1) // 2, 0, 1, 2)
+        return cbox
+
+    def _build_run(self) -> QGroupBox:
+        obox = QGroupBox("Run")
+        of = QFormLayout(obox)
+        self.until_sure = QCheckBox("run until sure")
+        self.until_sure.setObjectName("untilSure")
+        self.until_sure.setToolTip("Add interleaved repeats until every configuration's 95% interval is within the "
+                                   "target, or the repeat or time budget is spent")
+        self.until_sure.setChecked(True)
+        of.addRow(self.until_sure)
+        self.sure_within = QDoubleSpinBox()
+        self.sure_within.setObjectName("sureWithin")
+        self.sure_within.setRange(0.5, 25.0)
+        self.sure_within.setSingleStep(0.5)
+        self.sure_within.setValue(3.0)
+        self.sure_within.setPrefix("±")
+        self.sure_within.setSuffix(" %")
+        of.addRow("Sure within", self.sure_within)
+        self.max_repeats = self._spin("maxRepeats", 2, 50, 10)
+        of.addRow("At most repeats", self.max_repeats)
+        self.time_budget = self._spin("timeBudget", 0, 240, 10)
+        self.time_budget.setSuffix(" min")
+        self.time_budget.setSpecialValueText("no limit")
+        self.time_budget.setToolTip("Start no repeat that would end after this (0: no limit)")
+        of.addRow("Time budget", self.time_budget)
+        self.repeats = self._spin("repeats", 1, 50, 2)
+        of.addRow("Repeats", self.repeats)
+        self.until_sure.toggled.connect(self._mode_changed)
+        self._mode_changed(True)
+        self.max_tokens = self._spin("maxTokens", 8, 4096, 96)
+        of.addRow("Max tokens", self.max_tokens)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setToolTip("At 0 the outputs must match target alone; SpecDesk checks and explains")
+        of.addRow("Temperature", self.temperature)
+        self.seed = self._spin("compareSeed", 0, 2**31 - 1, 0)
+        self.seed.setToolTip("Repeat r samples with seed + r (at temperature 0 it changes nothing)")
+        of.addRow("Seed", self.seed)
+        self.warmup = QCheckBox("warm up first")
+        self.warmup.setToolTip("Run every configuration once, untimed, before the timed repeats")
+        self.warmup.setChecked(True)
+        of.addRow(self.warmup)
+        self.use_advisor = QCheckBox("predict with the advisor (~20 s)")
+        self.use_advisor.setToolTip("Measures this machine's step, verify and draft costs first, then predicts each configuration's speedup")
+        self.use_advisor.setChecked(True)
+        of.addRow(self.use_advisor)
+        return obox
+
+    @staticmethod
+    def _spin(name: str, lo: int, hi: int, value: int) -> QSpinBox:
+        s = QSpinBox()
+        s.setObjectName(name)
+        s.setRange(lo, hi)
+        s.setValue(value)
+        return s
+
+    def _mode_changed(self, until_sure: bool) -> None:
+        for w in (self.sure_within, self.max_repeats, self.time_budget):
+            w.setEnabled(until_sure)
+        self.repeats.setEnabled(not until_sure)
+
+    def _build_results(self) -> QSplitter:
         results = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         tl = QHBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
-        self.table = QTableWidget(0, 8)
+        self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("compareTable")
-        self.table.setHorizontalHeaderLabels(
-            ["config", "tok/s", "speedup", "predicted", "accepted", "tok/step", "+memory", "same at T=0"]
-        )
-        for col, tip in enumerate(["", "decode tokens per second", "tok/s against target alone",
-                                   "the advisor's predicted speedup", "acceptance rate of drafted tokens",
-                                   "tokens per target step (1 for target alone)", "memory the draft adds",
-                                   "whether the output equals target alone's at temperature 0"]):
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        for col, tip in enumerate(COLUMN_TIPS):
             if tip:
                 self.table.horizontalHeaderItem(col).setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
@@ -229,30 +297,20 @@ class CompareTab(QWidget):
         tl.addWidget(self.table, 3)
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("speedupChart")
-        self.chart.setTitle("speedup · blue: predicted", size="9pt")
+        self.chart.setTitle("speedup, 95% interval · blue: predicted", size="9pt")
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumWidth(200)
         self.chart.setMaximumWidth(300)
         tl.addWidget(self.chart, 1)
         results.addWidget(top)
-
-        answers = QWidget()
-        al = QVBoxLayout(answers)
-        al.setContentsMargins(0, 0, 0, 0)
-        arow = QHBoxLayout()
-        arow.addWidget(QLabel("Answers side by side for"))
-        self.answer_prompt = QComboBox()
-        self.answer_prompt.setObjectName("answerPrompt")
-        self.answer_prompt.currentIndexChanged.connect(self._show_answers)
-        arow.addWidget(self.answer_prompt, 1)
-        al.addLayout(arow)
-        self.answer_split = QSplitter(Qt.Orientation.Horizontal)
-        self.answer_split.setObjectName("answerColumns")
-        al.addWidget(self.answer_split, 1)
-        results.addWidget(answers)
+        self.race = RaceView()
+        # the answers side by side (one column per configuration), as the tests and tools find them
+        self.answer_split = self.race.answer_split
+        self.answer_prompt = self.race.prompt
+        results.addWidget(self.race)
         results.setSizes([300, 400])
-        root.addWidget(results, 1)
+        return results
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -275,7 +333,6 @@ class CompareTab(QWidget):
         return ",".join(names)
 
     def suites(self):
-
         data = self.source.currentData()
         if data is None:
             text = self.prompt.toPlainText().strip()
@@ -287,6 +344,18 @@ class CompareTab(QWidget):
                 raise SpecDeskError("choose a prompt file first")
             return [load_file(Path(self._suite_file))]
         return load_suite(data)
+
+    def options(self, has_draft: bool) -> ComparisonOptions:
+        """The comparison the form describes."""
+        until = None
+        if self.until_sure.isChecked():
+            minutes = self.time_budget.value()
+            until = UntilSure(half_width=self.sure_within.value() / 100.0, max_repeats=self.max_repeats.value(),
+                              seconds=60.0 * minutes if minutes else None)
+        bench = BenchOptions(repeats=self.repeats.value(), max_tokens=self.max_tokens.value(),
+                             temperature=round(self.temperature.value(), 3), seed=self.seed.value(),
+                             warmup=self.warmup.isChecked(), until_sure=until)
+        return ComparisonOptions(bench=bench, advisor=self.use_advisor.isChecked() and has_draft)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -316,54 +385,9 @@ class CompareTab(QWidget):
         if len(configs) < 2:
             self.error.emit("Choose at least one configuration besides target alone (draft configurations need a draft model).")
             return
-        repeats, max_tokens, temp = self.repeats.value(), self.max_tokens.value(), round(self.temperature.value(), 3)
-        use_advisor = self.use_advisor.isChecked() and session.draft is not None
-        total_runs = sum(len(s.prompts) for s in suites) * repeats * len(configs) + len(configs)
-
-        def work(task: Task):
-            cal = None
-            if use_advisor:
-                cal = calibrate(session, progress=lambda m, f: task.report(m, 0.2 * f), cancel=task.is_cancelled)
-                session.auto.costs = copy.deepcopy(cal.costs)
-                drift = cal.drift
-            else:
-                # what "identical" means here: the kernel drift (cached per target setup,
-                # machine and llama.cpp build; a few seconds the first time)
-                def drift_progress(f: float) -> None:
-                    if task.is_cancelled():
-                        raise Cancelled("the comparison was cancelled")
-                    task.report("measuring the kernel drift of verify batches", 0.1 * f)
-
-                drift = pair_drift(session, progress=drift_progress)
-
-            def prog(done: int, total: int, what: str) -> None:
-                base = 0.2 if use_advisor else 0.1
-                task.report(f"{done}/{total}: {what}", base + (1 - base) * done / max(1, total))
-
-            res = run_bench(
-                SessionTarget(session),
-                suites,
-                configs,
-                BenchOptions(repeats=repeats, max_tokens=max_tokens, temperature=temp),
-                progress=prog,
-                cancel=task.is_cancelled,
-            )
-            if cal is not None:
-                res["advisor"] = advisor_section(cal, res)
-                # the better quant the draft's memory would buy: is it published where the target came from?
-                pub, note = offer_upgrade(session.target.spec.path, cal.quant_upgrade, cal.draft_bytes)
-                res["published_quant"] = pub.to_dict() if pub else None
-                res["published_quant_note"] = note
-            if drift is not None:
-                res["drift"] = drift.to_dict()
-            return res
-
-        def leased(task: Task):
-            # the session is freed only after this comparison ends (Session.lease)
-            with session.lease():
-                return work(task)
-
-        task = Task(leased, "comparison")
+        options = self.options(session.draft is not None)
+        task = Task(lambda t: run_comparison(session, suites, configs, options, progress=t.report, cancel=t.is_cancelled),
+                    "comparison")
         self._task = task
         self._handled = False
         task.progress.connect(self._on_progress)
@@ -371,7 +395,10 @@ class CompareTab(QWidget):
         task.failed.connect(self._on_failed)
         task.was_cancelled.connect(lambda: self._finish("cancelled"))
         task.finished.connect(self.stopped.emit)  # the thread has ended: state can be refreshed
-        self.status.setText(f"running {total_runs} generations…")
+        per_repeat = sum(len(p.messages) for s in suites for p in s.prompts) * len(configs)
+        what = (f"at most {options.bench.max_repeats} repeats" if options.bench.until_sure
+                else f"{options.bench.repeats} repeat{'s' if options.bench.repeats != 1 else ''}")
+        self.status.setText(f"running {per_repeat} generations a repeat, {what}…")
         self.progress.setValue(0)
         self.run_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
@@ -396,59 +423,91 @@ class CompareTab(QWidget):
         self._finish("failed")
         self.error.emit(msg)
 
-    def _on_done(self, res: dict | None) -> None:
-        if res is None:
+    def _on_done(self, comparison: ComparisonResult | None) -> None:
+        if comparison is None:
             self._finish("")
             return
+        self.comparison = comparison
+        res = comparison.to_dict()
         self.result = res
         self.progress.setValue(1000)
-        self._finish(f"done: {len(res['runs'])} generations")
+        rows = res["summary"]["overall"]
+        self._finish(f"done: {len(res['runs'])} generations. {stopping_text(res.get('stopping'), rows)}")
         self.save_btn.setEnabled(True)
         self.show_result(res)
-        base = next((r for r in res["summary"]["overall"] if r["config"] == "none"), None)
-        if base and base["median_tps"]:
-            self.reference_measured.emit(Path(res["meta"]["target"]), float(base["median_tps"]))
+        tps = comparison.baseline_tps()
+        if tps:
+            self.reference_measured.emit(Path(res["meta"]["target"]), float(tps))
+        noise = (res["summary"].get("noise") or {}).get("run_to_run")
+        if noise is not None:
+            self.noise_measured.emit(float(noise))
         self.finished.emit(res)
 
     # -- results ------------------------------------------------------------------------------
 
     def show_result(self, res: dict) -> None:
         overall = res["summary"]["overall"]
-        preds: dict[str, list[float]] = {}
-        adv = res.get("advisor") or {}
-        for p in adv.get("predictions") or []:
-            preds.setdefault(p["config"], []).append(p["predicted_speedup"])
-        mem = res.get("memory") or {}
+        preds = self._predictions(res)
         self.table.setRowCount(len(overall))
         for i, row in enumerate(overall):
-            c = row["config"]
-            pred = sum(preds[c]) / len(preds[c]) if c in preds else None
-            extra = "—"
-            if c != "none" and needs_draft_model(c.split(":")[0]):
-                extra = f"+{format_bytes(mem.get('extra_ram_bytes'))} RAM"
-                if mem.get("extra_vram_bytes"):
-                    extra += f", +{format_bytes(mem.get('extra_vram_bytes'))} VRAM"
-            elif c != "none":
-                extra = "none (no draft model)"
-            ident, tip = self._identity(res, row)
-            cells = [
-                c if c != "none" else "none (target alone)",
-                f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
-                f"{row['speedup']:.2f}×" if row["speedup"] else "–",
-                f"{pred:.2f}×" if pred else "–",
-                f"{100 * row['acceptance']:.0f}%" if row["acceptance"] is not None else "–",
-                f"{row['mean_accepted_length']:.2f}" if row["mean_accepted_length"] else "–",
-                extra,
-                ident,
-            ]
-            for j, text in enumerate(cells):
-                it = QTableWidgetItem(text)
-                if j == 7 and tip:
-                    it.setToolTip(tip)
-                if j == 2 and row["speedup"] and c != "none":
-                    it.setForeground(pg.mkColor("#2b8a3e" if row["speedup"] >= 1.05 else "#c92a2a" if row["speedup"] < 0.95 else "#495057"))
-                self.table.setItem(i, j, it)
+            for j, item in enumerate(self._row_items(res, row, preds.get(row["config"]))):
+                self.table.setItem(i, j, item)
         self._draw_chart(overall, preds)
+        self._show_advice(res)
+        drift = self._drift(res)
+        temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
+        self.exactness.setText(claim_text(drift, temperature))
+        self.exactness.setToolTip(self._drift_table(drift))
+        self.exactness.setVisible(True)
+        self.race.set_result(res)
+
+    @staticmethod
+    def _predictions(res: dict) -> dict[str, float]:
+        """The advisor's prediction per configuration (the mean over suites)."""
+        by: dict[str, list[float]] = {}
+        for p in (res.get("advisor") or {}).get("predictions") or []:
+            if not p.get("turn"):
+                by.setdefault(p["config"], []).append(p["predicted_speedup"])
+        return {c: sum(v) / len(v) for c, v in by.items()}
+
+    def _row_items(self, res: dict, row: dict, pred: float | None) -> list[QTableWidgetItem]:
+        c, verdict = row["config"], row.get("verdict")
+        mem = res.get("memory") or {}
+        extra = "—"
+        if c != "none" and needs_draft_model(c.split(":")[0]):
+            extra = f"+{format_bytes(mem.get('extra_ram_bytes'))} RAM"
+            if mem.get("extra_vram_bytes"):
+                extra += f", +{format_bytes(mem.get('extra_vram_bytes'))} VRAM"
+        elif c != "none":
+            extra = "none (no draft)"
+        ident, tip = self._identity(res, row)
+        cells = [
+            c if c != "none" else "target alone",
+            f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
+            speedup_text(row),
+            verdict_label(row),
+            f"{pred:.2f}×" if pred else "–",
+            f"{100 * row['acceptance']:.0f}%" if row["acceptance"] is not None else "–",
+            f"{row['mean_accepted_length']:.2f}" if row["mean_accepted_length"] else "–",
+            extra,
+            ident,
+        ]
+        items = [QTableWidgetItem(text) for text in cells]
+        items[IDENTITY].setToolTip(tip)
+        if pred and row.get("speedup_ci"):
+            items[PREDICTED].setToolTip(prediction_text(pred, row))
+        if c != "none":
+            why = speed_verdict_text(row)
+            items[SPEEDUP].setToolTip(why)
+            items[VERDICT].setToolTip(why)
+            colour = VERDICT_COLOURS.get(verdict or "")
+            if colour:
+                items[SPEEDUP].setForeground(pg.mkColor(colour))
+                items[VERDICT].setForeground(pg.mkColor(colour))
+        return items
+
+    def _show_advice(self, res: dict) -> None:
+        adv = res.get("advisor") or {}
         text = adv.get("recommendation") or ""
         up = (adv.get("calibration") or {}).get("quant_upgrade")
         if up and "better quantization" not in text:
@@ -464,23 +523,11 @@ class CompareTab(QWidget):
             text += f" ({res['published_quant_note']}.)"
         self._published = pub
         self.quant_btn.setVisible(bool(pub))
-        self.advice.setText(text.strip())
-        self.advice.setVisible(bool(text.strip()))
-        drift = self._drift(res)
-        temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
-        self.exactness.setText(claim_text(drift, temperature))
-        self.exactness.setToolTip(self._drift_table(drift))
-        self.exactness.setVisible(True)
-        self.answer_prompt.blockSignals(True)
-        self.answer_prompt.clear()
-        seen = []
-        for r in res["runs"]:
-            key = (r["suite"], r["prompt_id"])
-            if key not in seen:
-                seen.append(key)
-                self.answer_prompt.addItem(f"{r['suite']} / {r['prompt_id']}", key)
-        self.answer_prompt.blockSignals(False)
-        self._show_answers()
+        rows = res["summary"]["overall"]
+        text = " ".join(x for x in (text.strip(), stopping_text(res.get("stopping"), rows),
+                                    noise_text(res["summary"].get("noise"))) if x)
+        self.advice.setText(text)
+        self.advice.setVisible(bool(text))
 
     @staticmethod
     def _drift(res: dict) -> dict | None:
@@ -526,54 +573,37 @@ class CompareTab(QWidget):
         tip += "\n\n" + claim_text(drift)
         return text, tip.strip()
 
-    def _draw_chart(self, overall: list[dict], preds: dict[str, list[float]]) -> None:
+    def _draw_chart(self, overall: list[dict], preds: dict[str, float]) -> None:
+        """Bars coloured by verdict with their 95% intervals as error bars, and the
+        advisor's predictions beside them."""
         self.chart.clear()
         rows = [r for r in overall if r["config"] != "none" and r["speedup"]]
+        if not rows:
+            return
         xs = list(range(len(rows)))
         heights = [r["speedup"] for r in rows]
-        brushes = ["#69db7c" if h >= 1.0 else "#ffa8a8" for h in heights]
-        if rows:
-            self.chart.addItem(pg.BarGraphItem(x=[x - 0.17 for x in xs], height=heights, width=0.32, brushes=brushes))
-            pxs = [x + 0.17 for x, r in zip(xs, rows) if r["config"] in preds]
-            pys = [sum(preds[r["config"]]) / len(preds[r["config"]]) for r in rows if r["config"] in preds]
-            if pxs:
-                self.chart.addItem(pg.BarGraphItem(x=pxs, height=pys, width=0.32, brush=pg.mkBrush(BLUE + "66"), pen=pg.mkPen(BLUE)))
-            self.chart.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine)))
-            ax = self.chart.getAxis("bottom")
-            # short tick labels (draft:k=2 -> k=2, draft:auto -> auto, ngram:auto -> ngram) fit a narrow chart
-            ax.setTicks([[(x, r["config"].replace("draft:", "").replace(":auto", "")) for x, r in zip(xs, rows)]])
-            self.chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
-            self.chart.setYRange(0, max(heights + [1.2]) * 1.1)
-
-    def _show_answers(self) -> None:
-        for i in reversed(range(self.answer_split.count())):
-            w = self.answer_split.widget(i)
-            w.setParent(None)
-            w.deleteLater()
-        if self.result is None or self.answer_prompt.currentData() is None:
-            return
-        suite, pid = self.answer_prompt.currentData()
-        for c in self.result["configs"]:
-            r = next((x for x in self.result["runs"] if x["suite"] == suite and x["prompt_id"] == pid and x["config"] == c and x["repeat"] == 0), None)
-            if r is None:
-                continue
-            box = QWidget()
-            bl = QVBoxLayout(box)
-            bl.setContentsMargins(2, 2, 2, 2)
-            st = r["stats"]
-            head = QLabel(f"<b>{c}</b> · {st['tokens_per_second']:.1f} tok/s" + (f" · {100 * st['acceptance_rate']:.0f}% accepted" if st.get("acceptance_rate") is not None else ""))
-            head.setWordWrap(True)  # many columns must fit the window, not widen it
-            head.setMinimumWidth(40)
-            bl.addWidget(head)
-            # code keeps its shape: monospace, one source line per line (scroll sideways)
-            view = QPlainTextEdit()
-            view.setReadOnly(True)
-            view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-            view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-            view.setMinimumWidth(40)
-            view.setPlainText(r["text"])
-            bl.addWidget(view, 1)
-            self.answer_split.addWidget(box)
+        brushes = [VERDICT_BARS.get(r.get("verdict") or "", VERDICT_BARS["within-noise"]) for r in rows]
+        bx = [x - 0.17 for x in xs]
+        self.chart.addItem(pg.BarGraphItem(x=bx, height=heights, width=0.32, brushes=brushes))
+        with_ci = [(x, r) for x, r in zip(bx, rows) if r.get("speedup_ci")]
+        if with_ci:
+            ex = [x for x, _ in with_ci]
+            ey = [r["speedup"] for _, r in with_ci]
+            top = [r["speedup_ci"][1] - r["speedup"] for _, r in with_ci]
+            bottom = [r["speedup"] - r["speedup_ci"][0] for _, r in with_ci]
+            self.chart.addItem(pg.ErrorBarItem(x=np.asarray(ex), y=np.asarray(ey), top=np.asarray(top), bottom=np.asarray(bottom),
+                                               beam=0.12, pen=pg.mkPen("#343a40", width=1.5)))
+        pxs = [x + 0.17 for x, r in zip(xs, rows) if r["config"] in preds]
+        pys = [preds[r["config"]] for r in rows if r["config"] in preds]
+        if pxs:
+            self.chart.addItem(pg.BarGraphItem(x=pxs, height=pys, width=0.32, brush=pg.mkBrush(BLUE + "66"), pen=pg.mkPen(BLUE)))
+        self.chart.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine)))
+        ax = self.chart.getAxis("bottom")
+        # short tick labels (draft:k=2 -> k=2, draft:auto -> auto, ngram:auto -> ngram) fit a narrow chart
+        ax.setTicks([[(x, r["config"].replace("draft:", "").replace(":auto", "")) for x, r in zip(xs, rows)]])
+        self.chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
+        highs = [r["speedup_ci"][1] for r in rows if r.get("speedup_ci")]
+        self.chart.setYRange(0, max(heights + highs + pys + [1.2]) * 1.1)
 
     # -- report -------------------------------------------------------------------------------
 

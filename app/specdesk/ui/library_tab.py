@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 COLUMNS = ["name", "role", "found in", "quant", "parameters", "size", "status", "path"]
 
 
+def _size_text(e) -> str:
+    """The entry's size; a split model's says in how many files."""
+    if not e.size:
+        return "–"
+    return format_bytes(e.size) + (f" in {e.parts} parts" if e.parts > 1 else "")
+
+
 class LibraryTab(QWidget):
     use_as_target = Signal(object)  # Path
     use_as_draft = Signal(object)  # Path
@@ -162,7 +169,7 @@ class LibraryTab(QWidget):
                 ", ".join(e.sources),
                 info.get("quant") or "",
                 format_params(info.get("parameters")),
-                format_bytes(e.size) if e.size else "–",
+                _size_text(e),
                 status,
                 str(e.path),
             ]
@@ -220,7 +227,7 @@ class LibraryTab(QWidget):
             ("context length (trained)", info.get("context_length")),
             ("vocabulary", info.get("vocab_size")),
             ("chat template", "yes" if info.get("has_chat_template") else "no"),
-            ("file size", format_bytes(e.size) if e.size else "–"),
+            ("file size", _size_text(e)),
             ("found in", ", ".join(e.sources) + (f" ({e.repo_id})" if e.repo_id else "") + (f" ({e.ollama_tag})" if e.ollama_tag else "")),
         ]
         lines.append("<table cellpadding=3>" + "".join(

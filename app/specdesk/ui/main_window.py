@@ -57,6 +57,8 @@ from .model_bar import ModelBar
 from .model_catalog import ModelCatalog
 from .open_files import FileOpener
 from .references import measured_reference, remember_reference
+from .serve_controller import ServeController
+from .serve_panel import ServeTab
 from .settings import ChatSettings, SettingsDialog, load_defaults, save_defaults
 from .stats_panel import StatsPanel
 from .tasks import Task, running_tasks
@@ -95,7 +97,6 @@ class MainWindow(QMainWindow):
         self.loader = PairLoader(self._confirm_memory, self)
         self.loader.busy.connect(self._busy)
         self.loader.idle.connect(self._idle)
-        self.loader.checked.connect(self.model_bar_info)
         self.loader.check_failed.connect(self.show_error)
         self.loader.load_failed.connect(self._load_failed)
         self.loader.loaded.connect(self._loaded)
@@ -116,6 +117,17 @@ class MainWindow(QMainWindow):
         self.chats.settings_opened.connect(self._chat_settings)
         self.chats.ended.connect(self._generation_ended)
         self.sidebar.chat_chosen.connect(self.chats.chosen)
+        self.sidebar.delete_chat_btn.clicked.connect(self.chats.delete_chat)
+        self.chat_panel.regen_btn.clicked.connect(self.chats.regenerate)
+        self.chat_panel.clear_btn.clicked.connect(self.chats.clear_chat)
+        self.chat_panel.copy_btn.clicked.connect(self.chats.copy_answer)
+        self.loader.checked.connect(self.model_bar.set_info)
+        # serving: the requests and the chat answers share one queue over the pair
+        self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
+        self.chats.steps_of = self.serve.chat_steps
+        self.serve.changed.connect(self._update_state)
+        self.models_changed.connect(self.serve.session_changed)
+        self.model_bar.insertAction(self.stats_toggle, self.serve.toggle)
         self._fit_to_screen()
         self.chats.select_or_create()
         self._refresh_model_lists()
@@ -144,7 +156,6 @@ class MainWindow(QMainWindow):
 
         self.sidebar = ChatSidebar()
         self.sidebar.new_chat_btn.clicked.connect(self.new_chat)
-        self.sidebar.delete_chat_btn.clicked.connect(self.delete_chat)
         self.chat_list = self.sidebar.chat_list
 
         self.error_banner = QLabel("")
@@ -159,9 +170,6 @@ class MainWindow(QMainWindow):
         cp.input.submitted.connect(self.send_from_input)
         cp.send_btn.clicked.connect(self.send_from_input)
         cp.stop_btn.clicked.connect(self.stop_generation)
-        cp.regen_btn.clicked.connect(self.regenerate)
-        cp.clear_btn.clicked.connect(self.clear_chat)
-        cp.copy_btn.clicked.connect(self.copy_answer)
         self.chat_view, self.legend, self.provenance_box, self.input = cp.chat_view, cp.legend, cp.provenance_box, cp.input
         self.send_btn, self.stop_btn, self.regen_btn = cp.send_btn, cp.stop_btn, cp.regen_btn
         self.clear_btn, self.copy_btn, self.run_info = cp.clear_btn, cp.copy_btn, cp.run_info
@@ -195,9 +203,12 @@ class MainWindow(QMainWindow):
         self.library.use_as_target.connect(lambda p: self._use_from_library(p, "target"))
         self.library.use_as_draft.connect(lambda p: self._use_from_library(p, "draft"))
         self.tabs.addTab(self.library, "Library")
+        self.serve_tab = ServeTab()
+        self.tabs.addTab(self.serve_tab, "Serve")
 
         # -- right: statistics, scrolling, and hidden with the model bar's toggle
         self.stats = StatsPanel()
+        self.compare.noise_measured.connect(self.stats.set_noise)  # the chat's verdict respects the machine's noise
         self.stats_scroll = QScrollArea()
         self.stats_scroll.setObjectName("statsScroll")
         self.stats_scroll.setWidget(self.stats)
@@ -329,7 +340,7 @@ class MainWindow(QMainWindow):
         busy = self.generating or comparing
         ready = loaded and not busy and not loading
         self.pages.setCurrentIndex(1 if loaded or self._has_messages() else 0)
-        self.compare.set_enabled_for(loaded and not loading, self.generating)
+        self.compare.set_enabled_for(loaded and not loading, self.generating or self.serve.serving)
         self.send_btn.setEnabled(ready)
         self.input.setEnabled(True)
         self.stop_btn.setEnabled(busy)
@@ -373,7 +384,8 @@ class MainWindow(QMainWindow):
     def _show_side_panels(self) -> None:
         chat = self.tabs.currentIndex() == 0
         self.sidebar.setVisible(chat)
-        self.stats_scroll.setVisible(chat and self.stats_toggle.isChecked())
+        live = chat or self.tabs.currentWidget() is self.serve_tab  # a served request's statistics show there too
+        self.stats_scroll.setVisible(live and self.stats_toggle.isChecked())
 
     def _idle(self, text: str = "") -> None:
         self.status_label.setText(text)
@@ -395,11 +407,6 @@ class MainWindow(QMainWindow):
         return task
 
     # =============================================================== models
-
-    def known_models(self) -> list[Path]:
-        """The library's usable models (models/, your folders, HF cache, LM Studio,
-        Ollama) and recently opened files."""
-        return self.catalog.known()
 
     def _refresh_model_lists(self) -> None:
         models = self.catalog.known()
@@ -508,9 +515,6 @@ class MainWindow(QMainWindow):
         self.stop_generation()
         self.clear_error()
         self.loader.request(req)
-
-    def model_bar_info(self, text: str) -> None:
-        self.model_bar.set_info(text)
 
     def _confirm_memory(self, shortfalls: list[str]) -> bool:
         ans = QMessageBox.warning(
@@ -621,15 +625,6 @@ class MainWindow(QMainWindow):
         if self.chats.new_chat():
             self.focus_input()
 
-    def delete_chat(self) -> None:
-        self.chats.delete_chat()
-
-    def clear_chat(self) -> None:
-        self.chats.clear_chat()
-
-    def copy_answer(self) -> None:
-        self.chats.copy_answer()
-
     def send_from_input(self) -> None:
         text = self.input.toPlainText().strip()
         if not text:
@@ -641,14 +636,17 @@ class MainWindow(QMainWindow):
         """Answer ``text`` in the current chat (see ``ChatController.send``)."""
         return self.chats.send(text)
 
-    def regenerate(self) -> None:
-        self.chats.regenerate()
-
     def stop_generation(self, wait: bool = False) -> None:
         self.chats.stop(wait)
 
     def busy_elsewhere(self) -> bool:
         return self.compare.running or self.loading
+
+    def can_serve(self) -> str | None:
+        """Why the Serve switch cannot start now (the pair is shared with Compare)."""
+        if self.compare.running:
+            return "Stop the comparison first: it needs the pair to itself."
+        return "Wait for the models to load." if self.loading else None
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
@@ -688,6 +686,7 @@ class MainWindow(QMainWindow):
         for t in (self.chats.task, self.compare._task):
             if t is not None:
                 t.abandon(message)  # delivers the failure through the task's own handlers
+        self.serve.forsake_running(message)  # the next answer or request does not wait for the parked one
         if self.session is not None:
             self._install(None)
             self._refresh_model_lists()
@@ -722,6 +721,7 @@ class MainWindow(QMainWindow):
         self.loader.close()
         self.catalog.close()
         self.chats.closing = True
+        self.serve.close()
         self.latency.stop()
         self.hide()
         for t in running_tasks():

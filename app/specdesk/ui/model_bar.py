@@ -8,6 +8,8 @@ from typing import Callable, Sequence
 from PySide6.QtCore import QPoint, QRect, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QToolBar, QWidget
 
+from ..library.gguf.split import canonical
+
 #: A combo shows about this many characters of a model's name; the rest is elided
 #: (the whole name and path are in its tooltip), so the bar fits a laptop screen.
 NAME_CHARS = 20
@@ -114,9 +116,9 @@ class ModelBar(QToolBar):
             combo.addItem(name_of(p), str(p))
             combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
         if target is not None:
-            i = combo.findData(str(target.resolve()))
+            i = combo.findData(str(canonical(target)))
             if i < 0:
-                combo.addItem(target.name, str(target.resolve()))
+                combo.addItem(target.name, str(canonical(target)))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
         i = combo.findData(str(picked)) if picked is not None else -1
@@ -128,11 +130,11 @@ class ModelBar(QToolBar):
         combo.blockSignals(True)
         combo.clear()
         combo.addItem("(no draft: n-gram or target alone)", None)
-        checked = {c.path.resolve() for c in pairing}
-        ordered = [c.path.resolve() for c in pairing if c.compatible]
+        checked = {canonical(c.path) for c in pairing}
+        ordered = [canonical(c.path) for c in pairing if c.compatible]
         ordered += [p for p in models if p not in ordered and p not in checked]
         # a model does not draft for itself: neither the loaded target nor the one shown
-        chosen = {x.resolve() for x in (target, picked, self.path_of(self.target_combo)) if x is not None}
+        chosen = {canonical(x) for x in (target, picked, self.path_of(self.target_combo)) if x is not None}
         for p in ordered:
             if p in chosen:
                 continue
@@ -143,7 +145,7 @@ class ModelBar(QToolBar):
             if not c.translated:
                 continue
             cost = f", a step ≈ {c.cost_ratio:.2f} of the target's by size" if c.cost_ratio else ""
-            combo.addItem(f"{name_of(c.path)} — translated", str(c.path.resolve()))
+            combo.addItem(f"{name_of(c.path)} — translated", str(canonical(c.path)))
             combo.setItemData(combo.count() - 1, f"drafts translated: {c.reason}; its text is re-tokenized for the "
                               f"target, which verifies every token (exact all the same){cost}",
                               Qt.ItemDataRole.ToolTipRole)
@@ -152,16 +154,16 @@ class ModelBar(QToolBar):
             if c.usable:
                 continue
             short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
-            combo.addItem(f"{name_of(c.path)} — {short}", str(c.path.resolve()))
+            combo.addItem(f"{name_of(c.path)} — {short}", str(canonical(c.path)))
             idx = combo.count() - 1
             combo.setItemData(idx, f"cannot draft for this target: {c.reason}", Qt.ItemDataRole.ToolTipRole)
             item = model.item(idx)
             if item is not None:
                 item.setEnabled(False)
         if draft is not None:
-            i = combo.findData(str(draft.resolve()))
+            i = combo.findData(str(canonical(draft)))
             if i < 0:
-                combo.addItem(draft.name, str(draft.resolve()))
+                combo.addItem(draft.name, str(canonical(draft)))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
         combo.blockSignals(False)

@@ -15,6 +15,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from ..library.gguf.split import canonical
 from ..library.pairing import drafts_for
 from ..paths import models_dir
 from .tasks import Task
@@ -58,19 +59,20 @@ class ModelCatalog(QObject):
         QSettings().setValue("models/recent", [str(p) for p in rec[:MAX_RECENT]])
 
     def known(self) -> list[Path]:
-        """The library's usable models and the recently opened files."""
+        """The library's usable models and the recently opened files (each once; a split
+        model by its first part, named as llama.cpp needs it, see ``canonical``)."""
         seen: dict[Path, None] = {}
         for e in self.library.entries:
             if e.valid:
-                seen[Path(e.path).resolve()] = None
+                seen[canonical(Path(e.path))] = None
         if not self.library.entries:  # before the first scan finishes
             d = models_dir()
             if d.is_dir():
                 for p in sorted(d.glob("*.gguf")):
-                    seen[p.resolve()] = None
+                    seen[canonical(p)] = None
         for p in self.recent():
             if p.is_file():
-                seen[p.resolve()] = None
+                seen[canonical(p)] = None
         return list(seen)
 
     def name_of(self, path: Path) -> str:

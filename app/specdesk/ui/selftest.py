@@ -59,10 +59,12 @@ class _Report:
 
 def _isolate(tmp: Path) -> dict[str, str | None]:
     """Point every user-data location at ``tmp``; returns the old environment."""
-    saved = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR")}
+    saved = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "SPECDESK_DATA_DIR", "SPECDESK_CACHE_DIR",
+                                            "SPECDESK_CONFIG_DIR")}
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
     os.environ["SPECDESK_DATA_DIR"] = str(tmp / "data")
     os.environ["SPECDESK_CACHE_DIR"] = str(tmp / "cache")
+    os.environ["SPECDESK_CONFIG_DIR"] = str(tmp / "config")  # create_app points QSettings there
     return saved
 
 
@@ -175,23 +177,51 @@ def run_self_test(target: Path | None = None, draft: Path | None = None, timeout
 
 
 def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, t0: float, failed: list):
+    """Every check in order; returns the window (to close) once one was made."""
     left: Callable[[], float] = lambda: max(1.0, timeout - (time.monotonic() - t0) - 5.0)  # noqa: E731
+    app = _check_qt(rep)
+    _check_data_files(rep)
+    if not _check_llama(rep):
+        return None
+    from .main_window import MainWindow
+    from .settings import ChatSettings
+
+    w = MainWindow(Path(os.environ["SPECDESK_DATA_DIR"]), autoload=False)
+    w.show()
+    app.processEvents()
+    rep.check("window", True, "main window created offscreen")
+    if target is None or not target.is_file():
+        rep.check("models", False, f"no model to test with: {target or 'no SmolLM2 test model and no default pair in models/'}"
+                  " (pass a GGUF path: specdesk --self-test MODEL.gguf)")
+        return w
+    # the settings under test; applied before loading so the specs use them
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=2, p_min=0.0, max_tokens=MAX_TOKENS))
+    if _check_load(rep, w, target, draft, left, failed) is None:
+        return w
+    gen = _check_generation(rep, w, left, failed)
+    if gen is None:
+        return w
+    _check_provenance(rep, w, gen)
+    _check_stats(rep, w, gen)
+    _check_memory(rep, w)
+    return w
+
+
+def _check_qt(rep: _Report):
+    """Qt, offscreen, with the settings in the temporary folder ($SPECDESK_CONFIG_DIR)."""
+    from PySide6.QtCore import qVersion
+
     from .. import __version__
-
-    # -- Qt, offscreen, with the settings in the temporary folder
-    from PySide6.QtCore import QSettings, qVersion
-    from PySide6.QtWidgets import QApplication
-
-    if QApplication.instance() is None:
-        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.path.join(os.environ["SPECDESK_DATA_DIR"], "settings"))
     from .app import create_app
 
     app = create_app([sys.argv[0] if sys.argv and sys.argv[0] else "specdesk"])
     rep.check("qt", True, f"Qt {qVersion()} on the {app.platformName()!r} platform, specdesk {__version__}"
               + (" (frozen bundle)" if getattr(sys, "frozen", False) else ""))
+    return app
 
-    # -- the data files a bundle must carry
+
+def _check_data_files(rep: _Report) -> None:
+    """The data files a bundle must carry."""
     from ..bench.suites import BUILTIN, builtin_dir
     from ..paths import asset_path, manifest_path
 
@@ -202,7 +232,9 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
               "assets, prompt suites and the model manifest found" if not missing and not suites and manifest_ok else
               f"missing assets {missing}, suites {suites}, manifest {'ok' if manifest_ok else manifest_path()}")
 
-    # -- llama.cpp's libraries
+
+def _check_llama(rep: _Report) -> bool:
+    """llama.cpp's libraries load."""
     try:
         from ..session import build_info
 
@@ -210,25 +242,12 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
         rep.check("llama.cpp", True, f"llama-cpp-python {info['llama_cpp_python']}, {info['library'] or '?'}")
     except Exception as e:  # noqa: BLE001
         rep.check("llama.cpp", False, f"cannot load llama.cpp: {type(e).__name__}: {e}")
-        return None
+        return False
+    return True
 
-    # -- the window
-    from .main_window import MainWindow
-    from .settings import ChatSettings
 
-    w = MainWindow(Path(os.environ["SPECDESK_DATA_DIR"]), autoload=False)
-    w.show()
-    app.processEvents()
-    rep.check("window", True, "main window created offscreen")
-
-    if target is None or not target.is_file():
-        rep.check("models", False, f"no model to test with: {target or 'no SmolLM2 test model and no default pair in models/'}"
-                  " (pass a GGUF path: specdesk --self-test MODEL.gguf)")
-        return w
-    # the settings under test; applied before loading so the specs use them
-    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=2, p_min=0.0, max_tokens=MAX_TOKENS))
-
-    # -- load
+def _check_load(rep: _Report, w, target: Path, draft: Path | None, left, failed: list):
+    """The pair loads through the window; returns the session, or None."""
     t_load = time.monotonic()
     w.load_models(target, draft, confirm_memory=False)
     kind, args = _wait(w.models_changed, left(), failed, w.error_shown)
@@ -236,27 +255,34 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     if session is None:
         why = {"error": args[0] if args else "", "timeout": "timed out", "exception": "an uncaught exception"}.get(kind, "load failed")
         rep.check("models", False, f"{target.name} + {draft.name if draft else 'no draft'}: {why}")
-        return w
+        return None
     rep.check("models", session.draft is not None,
               f"target {target.name}, draft {draft.name if draft else '-'} loaded in {time.monotonic() - t_load:.1f} s")
+    return session
 
-    # -- generate
+
+def _check_generation(rep: _Report, w, left, failed: list):
+    """The window answers a prompt; returns the Generation, or None."""
     t_gen = time.monotonic()
     if not w.send(PROMPT):
         rep.check("generation", False, f"the window refused the prompt: {w.error_banner.text()}")
-        return w
+        return None
     kind, args = _wait(w.generation_finished, left(), failed, w.error_shown)
     gen = args[0] if kind == "ok" else None
     if gen is None or not getattr(gen, "steps", None):
         why = {"error": args[0] if args else "", "timeout": "timed out", "exception": "an uncaught exception"}.get(kind, "nothing generated")
         rep.check("generation", False, why)
-        return w
+        return None
     st = gen.stats
     n = st.generated
     ok_gen = n == MAX_TOKENS or (gen.stop_reason == "eos" and 0 < n <= MAX_TOKENS)
     rep.check("generation", ok_gen, f"{n} tokens ({gen.stop_reason}) in {time.monotonic() - t_gen:.1f} s: {gen.text!r}")
+    return gen
 
-    # -- provenance
+
+def _check_provenance(rep: _Report, w, gen) -> None:
+    """One coloured span per token, covering the answer's text exactly."""
+    n = gen.stats.generated
     msgs = w.chat_view.messages()
     role, text, spans = msgs[-1] if msgs else (None, "", None)
     spans = spans or []
@@ -267,7 +293,10 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     rep.check("provenance", ok_prov, f"{len(spans)} spans for {n} tokens, kinds {kinds}"
               + ("" if ok_prov else f", contiguous={contiguous}, role={role}"))
 
-    # -- statistics
+
+def _check_stats(rep: _Report, w, gen) -> None:
+    """The side panel shows the answer's acceptance and speed."""
+    st = gen.stats
     acc_shown = w.stats.m_accept.value.text()
     tps_shown = w.stats.m_tps.value.text()
     try:
@@ -277,9 +306,10 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
     ok_stats = st.acceptance_rate is not None and acc_shown.endswith("%") and tps_val > 0 and (st.tokens_per_second or 0) > 0
     rep.check("stats", ok_stats, f"acceptance {acc_shown}, {tps_shown} tok/s, {st.steps} verify steps, {st.accepted}/{st.drafted} drafts accepted")
 
-    # -- memory readout
+
+def _check_memory(rep: _Report, w) -> None:
+    """The memory readout names both models' weights and the process RSS."""
     mt, md, mr = w.stats.mem_target.text(), w.stats.mem_draft.text(), w.stats.mem_rss.text()
     ok_mem = "weights" in mt and "weights" in md and "RSS" in mr and "–" not in mr
     plain = lambda s: s.replace("<b>", "").replace("</b>", "")  # noqa: E731
     rep.check("memory", ok_mem, f"{plain(mt)}; {plain(md)}; {mr}")
-    return w

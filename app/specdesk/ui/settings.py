@@ -4,6 +4,7 @@ chat database per chat) and the dialog that edits them."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, fields, replace
 
 from PySide6.QtCore import QSettings, Qt
@@ -24,36 +25,37 @@ from PySide6.QtWidgets import (
 )
 
 from ..errors import SpecDeskError
-from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session import PROPOSER_CHOICES, GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
 from ..speculative.sampling import SamplingParams
 
-PROPOSER_LABELS = {
-    "draft": "Draft model",
-    "ngram": "N-gram lookup (no draft model)",
-    "hybrid": "Hybrid (n-gram, else draft model)",
-    "none": "None (target alone)",
-}
+log = logging.getLogger(__name__)
 
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
+#: The proposers a chat chooses from (translated is what draft runs as on a pair of two
+#: vocabularies), with their labels.
+PROPOSER_LABELS = {name: text.PROPOSER_LABELS[name] for name in PROPOSER_CHOICES}
+#: What a chat whose proposer needs a draft model runs while none is loaded.
+WITHOUT_DRAFT = "ngram"
 
-
-# What a stored value must satisfy to be used (see ChatSettings.from_dict).
-_VALID = {
-    "proposer": lambda v: v in PROPOSER_LABELS,
-    "k": lambda v: 1 <= v <= 64,
-    "p_min": lambda v: _finite(v) and 0.0 <= v < 1.0,
-    "temperature": lambda v: _finite(v) and 0.0 <= v <= 100.0,
-    "top_k": lambda v: v >= 0,
-    "top_p": lambda v: _finite(v) and 0.0 < v <= 1.0,
-    "min_p": lambda v: _finite(v) and 0.0 <= v < 1.0,
-    "max_tokens": lambda v: 1 <= v <= 1 << 20,
-    "n_ctx": lambda v: 16 <= v <= 1 << 22,
-    "threads": lambda v: 0 <= v <= 1024,
-    "target_gpu_layers": lambda v: 0 <= v <= 100_000,
-    "draft_gpu_layers": lambda v: 0 <= v <= 100_000,
-    "rpc": lambda v: rpc_error(v) is None,
+# The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
+# built from it, and a stored value outside it falls back to the default (see
+# ChatSettings.from_dict). A value the dialog cannot show must never reach a chat: a
+# negative seed makes numpy raise on every answer, a top-k past 2**31 - 1 makes
+# QSpinBox.setValue overflow.
+RANGES: dict[str, tuple[float, float]] = {
+    "k": (1, 16),
+    "p_min": (0.0, 0.99),
+    "temperature": (0.0, 5.0),
+    "top_k": (0, 100_000),
+    "top_p": (0.01, 1.0),
+    "min_p": (0.0, 0.99),
+    "seed": (0, 2**31 - 1),
+    "max_tokens": (1, 1 << 20),
+    "n_ctx": (256, 1 << 20),
+    "threads": (0, 256),
+    "target_gpu_layers": (0, 999),
+    "draft_gpu_layers": (0, 999),
 }
 
 
@@ -64,6 +66,35 @@ def rpc_error(text: str) -> str | None:
     except SpecDeskError as e:
         return str(e)
     return None
+
+
+def _checked(name: str, kind: type, raw: object) -> tuple[object, str | None]:
+    """(the value, None) when ``raw`` is a usable value of setting ``name``, else (None, why)."""
+    if kind is bool:
+        return (raw, None) if isinstance(raw, bool) else (None, "not true or false")
+    if kind is str:
+        if not isinstance(raw, str):
+            return None, "not text"
+        if name == "proposer" and raw not in PROPOSER_LABELS:
+            return None, f"not one of {', '.join(PROPOSER_LABELS)}"
+        if name == "rpc":
+            why = rpc_error(raw)
+            if why is not None:
+                return None, why
+        return raw, None
+    # numbers: an int field takes only an int, a float field an int or a float; never a bool
+    if isinstance(raw, bool) or not isinstance(raw, (int, float) if kind is float else int):
+        return None, f"not {'a number' if kind is float else 'a whole number'}"
+    lo, hi = RANGES[name]
+    if not lo <= raw <= hi:  # NaN fails too
+        return None, f"outside {lo}..{hi}"
+    return kind(raw), None
+
+
+def _short(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 # Settings that only take effect after the models are reloaded.
 RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers", "rpc")
@@ -92,36 +123,35 @@ class ChatSettings:
 
     @classmethod
     def from_dict(cls, d: object) -> "ChatSettings":
-        """Settings from a stored dict. Anything else, and every value of the wrong type
-        or out of range, falls back to the default: stored settings may come from an
-        older version, another machine or a damaged file, and must never stop the app."""
+        """Settings from a stored dict. Anything else, and every value of the wrong type or
+        outside what its widget accepts, falls back to the default (logged): stored
+        settings may come from an older version, another machine or a damaged file, and
+        must never stop the app or break a chat."""
         out = cls()
         if not isinstance(d, dict):
+            if d is not None:
+                log.warning("ignoring stored chat settings that are not a mapping (%s)", type(d).__name__)
             return out
         for f in fields(cls):
             if f.name not in d:
                 continue
-            kind = type(getattr(out, f.name))
-            raw = d[f.name]
-            if kind in (int, float) and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
-                continue
-            if kind is bool and not isinstance(raw, bool):
-                continue
-            if kind is str and not isinstance(raw, str):
-                continue
-            try:
-                value = kind(raw)
-            except (TypeError, ValueError, OverflowError):
-                continue
-            ok = _VALID.get(f.name)
-            if ok is None or ok(value):
+            default = getattr(out, f.name)
+            value, why = _checked(f.name, type(default), d[f.name])
+            if why is None:
                 out = replace(out, **{f.name: value})
+            else:
+                log.warning("ignoring the stored setting %s=%s (%s); using %r", f.name, _short(d[f.name]), why, default)
         return out
 
+    def proposer_for(self, has_draft: bool) -> tuple[str, str]:
+        """The proposer an answer runs, and why it is not the chat's own ("" when it is):
+        one that needs a draft model runs n-gram lookups while none is loaded, and says so."""
+        if needs_draft_model(self.proposer) and not has_draft:
+            return WITHOUT_DRAFT, text.without_draft_text(self.proposer, WITHOUT_DRAFT)
+        return self.proposer, ""
+
     def generation_config(self, has_draft: bool) -> GenerationConfig:
-        proposer = self.proposer
-        if needs_draft_model(proposer) and not has_draft:
-            proposer = "ngram"
+        proposer, _ = self.proposer_for(has_draft)
         return GenerationConfig(
             proposer=proposer,
             k="auto" if self.auto_k else max(1, self.k),
@@ -182,9 +212,7 @@ class SettingsDialog(QDialog):
         krow = QHBoxLayout()
         self.auto_k = QCheckBox("auto")
         self.auto_k.setToolTip("Draft only as far as it pays, from measured costs and acceptance")
-        self.k = QSpinBox()
-        self.k.setRange(1, 16)
-        self.k.setValue(settings.k)
+        self.k = self._spin("k", settings.k)
         self.auto_k.toggled.connect(lambda on: self.k.setEnabled(not on))
         self.auto_k.setChecked(settings.auto_k)
         self.k.setEnabled(not settings.auto_k)
@@ -192,39 +220,39 @@ class SettingsDialog(QDialog):
         krow.addWidget(self.auto_k)
         krow.addStretch(1)
         f.addRow("Draft length k", krow)
-        self.p_min = self._dspin(0.0, 0.99, 0.05, settings.p_min)
+        self.p_min = self._dspin("p_min", 0.05, settings.p_min)
         self.p_min.setToolTip("Stop drafting when the draft's top probability falls below this")
         f.addRow("p_min", self.p_min)
         lay.addWidget(spec)
 
         samp = QGroupBox("Sampling")
         f = QFormLayout(samp)
-        self.temperature = self._dspin(0.0, 5.0, 0.1, settings.temperature)
+        self.temperature = self._dspin("temperature", 0.1, settings.temperature)
         self.temperature.setToolTip("0 = greedy: the output is exactly the target's argmax")
         f.addRow("Temperature", self.temperature)
-        self.top_k = self._spin(0, 100000, settings.top_k)
+        self.top_k = self._spin("top_k", settings.top_k)
         self.top_k.setSpecialValueText("off")
         f.addRow("Top-k", self.top_k)
-        self.top_p = self._dspin(0.01, 1.0, 0.05, settings.top_p)
+        self.top_p = self._dspin("top_p", 0.05, settings.top_p)
         f.addRow("Top-p", self.top_p)
-        self.min_p = self._dspin(0.0, 0.99, 0.01, settings.min_p)
+        self.min_p = self._dspin("min_p", 0.01, settings.min_p)
         f.addRow("Min-p", self.min_p)
-        self.seed = self._spin(0, 2**31 - 1, settings.seed)
+        self.seed = self._spin("seed", settings.seed)
         f.addRow("Seed", self.seed)
-        self.max_tokens = self._spin(1, 1 << 20, settings.max_tokens)
+        self.max_tokens = self._spin("max_tokens", settings.max_tokens)
         f.addRow("Max tokens", self.max_tokens)
         lay.addWidget(samp)
 
         models = QGroupBox("Models (changes reload them)")
         f = QFormLayout(models)
-        self.n_ctx = self._spin(256, 1 << 20, settings.n_ctx)
+        self.n_ctx = self._spin("n_ctx", settings.n_ctx)
         self.n_ctx.setSingleStep(1024)
         f.addRow("Context size", self.n_ctx)
-        self.threads = self._spin(0, 256, settings.threads)
+        self.threads = self._spin("threads", settings.threads)
         self.threads.setSpecialValueText(f"auto ({default_threads()})")
         f.addRow("Threads", self.threads)
-        self.target_gpu_layers = self._spin(0, 999, settings.target_gpu_layers)
-        self.draft_gpu_layers = self._spin(0, 999, settings.draft_gpu_layers)
+        self.target_gpu_layers = self._spin("target_gpu_layers", settings.target_gpu_layers)
+        self.draft_gpu_layers = self._spin("draft_gpu_layers", settings.draft_gpu_layers)
         f.addRow("Target GPU layers", self.target_gpu_layers)
         f.addRow("Draft GPU layers", self.draft_gpu_layers)
         self.gpu_note = QLabel("")
@@ -274,16 +302,17 @@ class SettingsDialog(QDialog):
         self._update_note()
 
     @staticmethod
-    def _spin(lo: int, hi: int, v: int) -> QSpinBox:
+    def _spin(name: str, v: int) -> QSpinBox:
         w = QSpinBox()
-        w.setRange(lo, hi)
+        lo, hi = RANGES[name]
+        w.setRange(int(lo), int(hi))
         w.setValue(v)
         return w
 
     @staticmethod
-    def _dspin(lo: float, hi: float, step: float, v: float) -> QDoubleSpinBox:
+    def _dspin(name: str, step: float, v: float) -> QDoubleSpinBox:
         w = QDoubleSpinBox()
-        w.setRange(lo, hi)
+        w.setRange(*RANGES[name])
         w.setSingleStep(step)
         w.setDecimals(2)
         w.setValue(v)

@@ -28,8 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..bench.stats import FASTER, SLOWER, WITHIN_NOISE, single_run_band, single_run_verdict
 from ..fmt import format_bytes
-from ..session.text import slower_reason
+from ..session.text import chat_verdict_text, slower_reason
 from ..speculative.stats import Stats
 
 if TYPE_CHECKING:  # a type only; the front ends reach the engine's types through the session
@@ -45,6 +46,8 @@ REPAINT_MS = 80  # live figures are shown at most this often (and at the end)
 # painting the two plots was over half the panel's Qt-thread time at every third.
 CHART_EVERY = 6
 VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
+# green only beyond the machine's noise; within it, neither gain nor loss
+VERDICT_BACKGROUNDS = {FASTER: "#d3f9d8", WITHIN_NOISE: "#f1f3f5", SLOWER: "#ffe3e3"}
 
 
 # One helper for sizes (kept under this name for the views that import it from here).
@@ -108,6 +111,9 @@ class Metric(QWidget):
 
 
 class StatsPanel(QFrame):
+    # one run's repeat-to-repeat spread on this machine, once a comparison measured it
+    _run_noise: float | None = None
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("statsPanel")
@@ -266,6 +272,13 @@ class StatsPanel(QFrame):
     def reference(self) -> float | None:
         return self._reference
 
+    def set_noise(self, run_to_run: float | None) -> None:
+        """How far one run's speed moves from repeat to repeat on this machine (a
+        fraction, from a comparison): the verdict calls an answer faster or slower
+        only beyond what that noise allows one answer."""
+        self._run_noise = run_to_run
+        self._update_verdict(live=False)
+
     def update_stats(self, st: Stats, live: bool = True) -> None:
         """Live statistics of one step are shown at the next repaint; final ones
         (``live=False``) at once."""
@@ -337,18 +350,15 @@ class StatsPanel(QFrame):
         if st is None or st.tokens_per_second is None:
             return
         tps = st.tokens_per_second
-        prefix = "So far: " if live else ""
         if self._reference:
             ratio = tps / self._reference
-            ref = (f" (target alone {self._reference:.1f} tok/s, "
-                   + ("measured)" if self._reference_how == "measured" else "estimated from this session's target steps)"))
-            if ratio >= 1.05:
-                text, bg = f"{prefix}{ratio:.2f}× target alone — speculation pays here.{ref}", "#d3f9d8"
-            elif ratio >= 0.95:
-                text, bg = f"{prefix}{ratio:.2f}× target alone — about even.{ref}", "#fff3bf"
-            else:
-                text, bg = (f"{prefix}{ratio:.2f}× target alone — slower, {slower_reason(st)}.{ref}", "#ffe3e3")
+            band = single_run_band(self._run_noise)
+            verdict = single_run_verdict(ratio, band)
+            text = chat_verdict_text(ratio, band, verdict, self._reference, self._reference_how, live,
+                                     slower_reason(st) if verdict == SLOWER else "")
+            bg = VERDICT_BACKGROUNDS[verdict]
         else:
+            prefix = "So far: " if live else ""
             text, bg = f"{prefix}{tps:.1f} tok/s. No target-alone reference yet: run a comparison.", "#f1f3f5"
         if text != self.verdict.text():
             self.verdict.setText(text)

@@ -86,8 +86,9 @@ def _empty(ax, text: str) -> None:
 
 
 def speedup_chart(result: dict) -> bytes:
-    """Grouped bars: median speedup by suite (and over all suites) and config, the
-    range over prompts as whiskers, the advisor's prediction as a marker."""
+    """Grouped bars: the speedup by suite (and over all suites) and config, its 95%
+    interval as whiskers, hatched where the interval holds 1 (within noise), the
+    advisor's prediction as a marker."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -98,14 +99,14 @@ def speedup_chart(result: dict) -> bytes:
     overall = {r.get("config"): r for r in summary.get("overall") or []}
     preds = {}
     for p in (result.get("advisor") or {}).get("predictions") or []:
-        if _num(p.get("predicted_speedup")) is not None:
+        if _num(p.get("predicted_speedup")) is not None and not p.get("turn"):
             preds[(p.get("suite"), p.get("config"))] = _num(p["predicted_speedup"])
 
     groups = list(suites) + (["all suites"] if overall and len(suites) > 1 else [])
     width_in = max(7.0, 2.6 + len(groups) * (0.35 + 0.32 * max(1, len(configs))))
     fig = _new_figure(width_in, 5.0)
     ax = fig.add_subplot()
-    fig.suptitle("Speedup over the target alone (median over prompts)", fontsize=13)
+    fig.suptitle("Speedup over the target alone (geometric mean of paired runs, 95% interval)", fontsize=13)
     _caption(fig, result, width_in)
     if not configs or not groups:
         _empty(ax, "only the baseline was run: nothing to compare")
@@ -115,7 +116,7 @@ def speedup_chart(result: dict) -> bytes:
     n = len(configs)
     width = 0.8 / n
     ymax = 1.0
-    any_range = any_pred = False
+    any_ci = any_pred = any_noise = False
     labels: list[tuple[float, float, float]] = []
     plotted: set[str] = set()
     for gi, group in enumerate(groups):
@@ -127,14 +128,19 @@ def speedup_chart(result: dict) -> bytes:
             if s is None:
                 continue
             x = gi + (ci - (n - 1) / 2) * width
-            ax.bar(x, s, width * 0.92, color=colors[config], zorder=2)
+            noise = row.get("verdict") not in ("faster", "slower")
+            any_noise |= noise
+            # within noise: hatched and pale, never a solid bar that reads as a result
+            ax.bar(x, s, width * 0.92, color=colors[config], alpha=0.35 if noise else 1.0,
+                   hatch="///" if noise else None, edgecolor=colors[config], linewidth=0.8, zorder=2)
             ymax = max(ymax, s)
-            lo, hi = _num(row.get("speedup_min")), _num(row.get("speedup_max"))
+            interval = row.get("speedup_ci") or []
+            lo, hi = (_num(interval[0]), _num(interval[1])) if len(interval) == 2 else (None, None)
             if lo is not None and hi is not None:
                 ax.errorbar(x, s, yerr=[[max(0.0, s - lo)], [max(0.0, hi - s)]], fmt="none",
                             ecolor="#333333", elinewidth=0.9, capsize=2.5, zorder=3)
                 ymax = max(ymax, hi)
-                any_range = True
+                any_ci = True
             p = preds.get((group, config))
             if p is not None:
                 ax.plot([x], [p], marker="D", markersize=5.5, markerfacecolor="white",
@@ -149,7 +155,7 @@ def speedup_chart(result: dict) -> bytes:
         # too short to hold it.
         inside = s >= 0.16 * top
         ax.text(x, 0.015 * top if inside else above + 0.015 * top, f"{s:.2f}", rotation=90, ha="center",
-                va="bottom", fontsize=7, color="white" if inside else "#333333",
+                va="bottom", fontsize=7, color="#222222" if inside else "#333333",
                 fontweight="bold", zorder=5)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, zorder=3)
     if len(groups) > len(suites):
@@ -164,8 +170,11 @@ def speedup_chart(result: dict) -> bytes:
 
     handles = [Patch(color=colors[c], label=c) for c in configs if c in plotted]
     handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1, label="target alone (1.0×)"))
-    if any_range:
-        handles.append(Line2D([], [], color="#333333", marker="|", markersize=8, linestyle="none", label="range over prompts"))
+    if any_ci:
+        handles.append(Line2D([], [], color="#333333", marker="|", markersize=8, linestyle="none", label="95% interval"))
+    if any_noise:
+        handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="///",
+                             label="hatched: within noise\n(the interval holds 1×)"))
     if any_pred:
         handles.append(Line2D([], [], marker="D", markersize=5.5, markerfacecolor="white", markeredgecolor="black",
                               linestyle="none", label="advisor's prediction"))

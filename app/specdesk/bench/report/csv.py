@@ -1,4 +1,6 @@
-"""report.csv: one row per run, in the order they ran; empty cells for nulls."""
+"""report.csv: one row per run, in the order they ran; empty cells for nulls. Each
+row has the run's paired ratio (its tokens/s over target alone's in the same repeat
+of the same prompt) and its (suite, config)'s speedup, 95% interval and verdict."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import io
 import math
 from typing import Any
 
-from .result import validate
+from .result import BASELINE, num, validate
 
 CSV_FIELDS = [
     "suite",
@@ -33,6 +35,12 @@ CSV_FIELDS = [
     "divergence_margin",
     "stop_reason",
     "turn",
+    "paired_ratio",
+    "suite_speedup",
+    "suite_speedup_low",
+    "suite_speedup_high",
+    "suite_verdict",
+    "suite_detectable",
 ]
 
 # The stats fields copied into the CSV as they are.
@@ -45,12 +53,21 @@ def csv_text(result: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_FIELDS)
+    base = {(r.get("suite"), r.get("prompt_id"), r.get("repeat")): (r.get("stats") or {}).get("tokens_per_second")
+            for r in result["runs"] if r.get("config") == BASELINE}
+    suite_rows = {(r.get("suite"), r.get("config")): r for r in (result["summary"].get("per_suite") or [])
+                  if isinstance(r, dict)}
     for run in result["runs"]:
         stats = run.get("stats") or {}
         div = run.get("divergence") or {}
         row = [run.get("suite"), run.get("prompt_id"), run.get("repeat"), run.get("order"), run.get("config")]
         row += [stats.get(k) for k in _STATS_FIELDS]
         row += [run.get("identical"), div.get("verdict"), div.get("margin"), run.get("stop_reason"), run.get("turn", 1)]
+        b, t = num(base.get((run.get("suite"), run.get("prompt_id"), run.get("repeat")))), num(stats.get("tokens_per_second"))
+        row.append(t / b if b and t else None)
+        sr = suite_rows.get((run.get("suite"), run.get("config"))) or {}
+        ci = sr.get("speedup_ci") or [None, None]
+        row += [sr.get("speedup"), ci[0], ci[1], sr.get("verdict"), sr.get("detectable")]
         w.writerow([_csv_cell(v) for v in row])
     return buf.getvalue()
 

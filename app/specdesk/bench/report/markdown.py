@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from ...fmt import format_bytes
-from ...session.text import claim_text, verdict_text
+from ...session.text import (
+    claim_text,
+    noise_text,
+    speed_verdict_text,
+    speedup_text,
+    stopping_text,
+    verdict_label,
+    verdict_text,
+)
 from .result import BASELINE, drift_of, validate
 from .result import basename as _basename
 from .result import configs as _configs
@@ -31,6 +39,7 @@ def markdown(result: dict) -> str:
     lines: list[str] = ["# SpecDesk benchmark", "", _header_line(meta), ""]
     if not result["runs"]:
         lines += ["No runs.", ""]
+    lines.extend(_sureness(result))
 
     for suite in suites:
         rows = [per_suite[(suite, c)] for c in configs if (suite, c) in per_suite]
@@ -39,7 +48,7 @@ def markdown(result: dict) -> str:
         prompts = max((r.get("prompts") or 0) for r in rows)
         lines.append(f"## {suite} ({prompts} prompt{'s' if prompts != 1 else ''})")
         lines.append("")
-        lines.extend(_table(rows, ranges=True))
+        lines.extend(_table(rows))
         lines.append("")
 
     lines.extend(_turns_section(result, configs))
@@ -47,12 +56,18 @@ def markdown(result: dict) -> str:
     if overall:
         lines.append("## All suites")
         lines.append("")
-        lines.extend(_table([overall[c] for c in configs if c in overall], ranges=False))
+        rows = [overall[c] for c in configs if c in overall]
+        lines.extend(_table(rows))
         lines.append("")
+        lines.extend(f"- `{_md_cell(r.get('config'))}`: {_md_cell(speed_verdict_text(r))}." for r in rows
+                     if r.get("verdict") not in (None, "baseline"))
+        if any(r.get("verdict") not in (None, "baseline") for r in rows):
+            lines.append("")
 
     advisor = result.get("advisor")
     if advisor:
         lines.extend(_advisor_section(advisor, suites, configs))
+        lines.extend(_published_quant(result))
 
     drift = drift_of(result)
     lines.extend(_exactness_section(result, drift, _num(temperature)))
@@ -78,15 +93,22 @@ def _fixed(v: Any, digits: int) -> str:
     return DASH if v is None else f"{v:.{digits}f}"
 
 
-def _speedup(row: dict, ranges: bool) -> str:
-    s = _num(row.get("speedup"))
-    if s is None:
-        return DASH
-    text = f"{s:.2f}×"
-    lo, hi = _num(row.get("speedup_min")), _num(row.get("speedup_max"))
-    if ranges and row.get("config") != BASELINE and lo is not None and hi is not None:
-        text += f" ({lo:.2f}–{hi:.2f})"
-    return text
+def _verdict(row: dict) -> str:
+    if row.get("config") == BASELINE:
+        return "baseline"
+    label = verdict_label(row)
+    return f"**{label}**" if row.get("verdict") in ("faster", "slower") else label
+
+
+def _sureness(result: dict) -> list[str]:
+    """How many repeats ran and why, and the machine's noise floor."""
+    summary = result.get("summary") or {}
+    rows = [r for r in summary.get("overall") or [] if isinstance(r, dict)]
+    parts = [stopping_text(result.get("stopping"), rows)]
+    if "noise" in summary:
+        parts.append(noise_text(summary.get("noise")))
+    text = " ".join(p for p in parts if p)
+    return [f"**How sure:** {_md_cell(text)}", ""] if text else []
 
 
 def _identical(row: dict) -> str:
@@ -107,17 +129,17 @@ def _identical(row: dict) -> str:
     return text
 
 
-def _table(rows: list[dict], ranges: bool) -> list[str]:
-    speed_head = "speedup (range)" if ranges else "speedup"
+def _table(rows: list[dict]) -> list[str]:
     out = [
-        f"| config | tok/s | {speed_head} | acceptance | tokens/step | identical at T=0 | Python overhead |",
-        "|---|--:|--:|--:|--:|:-:|--:|",
+        "| config | tok/s | speedup (95% interval) | verdict | acceptance | tokens/step | identical at T=0 | Python overhead |",
+        "|---|--:|--:|:-:|--:|--:|:-:|--:|",
     ]
     for r in rows:
         cells = [
             f"`{_md_cell(r.get('config'))}`",
             _fixed(r.get("median_tps"), 1),
-            _speedup(r, ranges),
+            speedup_text(r) if _num(r.get("speedup")) is not None else DASH,
+            _verdict(r),
             _pct(r.get("acceptance")),
             _fixed(r.get("mean_accepted_length"), 2),
             _identical(r),
@@ -140,7 +162,7 @@ def _turns_section(result: dict, configs: list[str]) -> list[str]:
         lines += [f"## {_md_cell(suite)} by turn", "",
                   "Turn n's prompt holds the chat so far: turns 2 and 3 revise the first answer, "
                   "and history lookup can copy from the earlier turns.", ""]
-        table = _table(mine, ranges=True)
+        table = _table(mine)
         lines.append("| turn " + table[0])
         lines.append("|--:" + table[1])
         lines += [f"| {r.get('turn')} " + line for r, line in zip(mine, table[2:])]
@@ -148,20 +170,31 @@ def _turns_section(result: dict, configs: list[str]) -> list[str]:
     for h in summary.get("history") or []:
         if not isinstance(h, dict):
             continue
-        s, a = _num(h.get("speedup")), _num(h.get("acceptance"))
+        a = _num(h.get("acceptance"))
         text = (f"**History lookup on turns {h.get('turns_from', 2)}+** ({h.get('prompts')} prompts): "
-                f"`{_md_cell(h.get('config'))}` {DASH if s is None else f'{s:.2f}×'} target alone, "
+                f"`{_md_cell(h.get('config'))}` {_speedup_verdict(h)} target alone, "
                 f"acceptance {_pct(a)}")
         if h.get("without_history"):
             s0, a0 = _num(h.get("speedup_without_history")), _num(h.get("acceptance_without_history"))
-            r = _num(h.get("speedup_over_without_history"))
+            vs = {"speedup": h.get("speedup_over_without_history"), "speedup_ci": h.get("speedup_over_without_history_ci"),
+                  "verdict": h.get("verdict_over_without_history")}
             text += (f"; without history (`{_md_cell(h['without_history'])}`) {DASH if s0 is None else f'{s0:.2f}×'}, "
-                     f"acceptance {_pct(a0)}: history lookup is {DASH if r is None else f'{r:.2f}×'} "
+                     f"acceptance {_pct(a0)}: history lookup is {_speedup_verdict(vs)} "
                      f"the n-gram lookup without history (paired per run).")
         else:
             text += "."
         lines += [text, ""]
     return lines
+
+
+def _speedup_verdict(row: dict) -> str:
+    if _num(row.get("speedup")) is None:
+        return DASH
+    v = row.get("verdict")
+    return speedup_text(row) + (f" ({VERDICT_WORDS[v]})" if v in VERDICT_WORDS else "")
+
+
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within-noise": "within noise"}
 
 
 def _header_line(meta: dict) -> str:
@@ -181,7 +214,8 @@ def _header_line(meta: dict) -> str:
     if settings.get("temperature") is not None:
         s.append(f"temperature {settings['temperature']}")
     if settings.get("repeats") is not None:
-        s.append(f"{settings['repeats']} repeat{'s' if settings['repeats'] != 1 else ''}")
+        s.append(f"{settings['repeats']} repeat{'s' if settings['repeats'] != 1 else ''}"
+                 + (" (until sure)" if settings.get("until_sure") else ""))
     if settings.get("seed") is not None:
         s.append(f"seed {settings['seed']}")
     if s:
@@ -204,25 +238,35 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
         c_rank = {c: i for i, c in enumerate(configs)}
         preds.sort(key=lambda p: (s_rank.get(p.get("suite"), len(s_rank)), p.get("turn") or 0,
                                   c_rank.get(p.get("config"), len(c_rank))))
-        lines.append("Speedup predicted from the measured costs and acceptance, against the speedup measured:")
+        lines.append("Speedup predicted from the measured costs and acceptance, against the speedup measured "
+                     "(with its 95% interval: a prediction inside it is as close as this run can tell):")
         lines.append("")
-        lines.append("| suite | config | predicted | measured | error |")
-        lines.append("|---|---|--:|--:|--:|")
-        errors = []
+        lines.append("| suite | config | predicted | measured (95% interval) | verdict | error |")
+        lines.append("|---|---|--:|--:|:-:|--:|")
+        errors, inside, judged = [], 0, 0
         for p in preds:
             err = _num(p.get("error"))
-            if err is not None and not p.get("turn"):  # turns are a breakdown of their suite's row
-                errors.append(abs(err))
-            pred, meas = _num(p.get("predicted_speedup")), _num(p.get("measured_speedup"))
+            if not p.get("turn"):  # turns are a breakdown of their suite's row
+                if err is not None:
+                    errors.append(abs(err))
+                if p.get("within_interval") is not None:
+                    judged += 1
+                    inside += bool(p["within_interval"])
+            pred = _num(p.get("predicted_speedup"))
+            measured = {"speedup": p.get("measured_speedup"), "speedup_ci": p.get("measured_ci"),
+                        "verdict": p.get("measured_verdict")}
             where = _md_cell(p.get("suite")) + (f" turn {p['turn']}" if p.get("turn") else "")
             lines.append(
                 f"| {where} | `{_md_cell(p.get('config'))}` | "
-                f"{DASH if pred is None else f'{pred:.2f}×'} | {DASH if meas is None else f'{meas:.2f}×'} | "
+                f"{DASH if pred is None else f'{pred:.2f}×'} | "
+                f"{speedup_text(measured) if _num(measured['speedup']) is not None else DASH} | "
+                f"{_verdict(measured) if measured['verdict'] else DASH} | "
                 f"{DASH if err is None else f'{err * 100:.1f}%'} |"
             )
         lines.append("")
         if errors:
-            lines.append(f"Mean absolute prediction error: {sum(errors) / len(errors) * 100:.1f}%.")
+            lines.append(f"Mean absolute prediction error: {sum(errors) / len(errors) * 100:.1f}%"
+                         + (f"; {inside} of {judged} predictions inside the measured interval." if judged else "."))
             lines.append("")
     costs = advisor.get("costs") or {}
     verify, draft = costs.get("verify") or {}, costs.get("draft") or {}
@@ -244,6 +288,19 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
         lines.append("")
     return lines
 
+
+
+def _published_quant(result: dict) -> list[str]:
+    """The better quantization the draft's memory would buy, where the target's repo
+    publishes one (or why none is offered)."""
+    pub, note = result.get("published_quant"), result.get("published_quant_note")
+    if isinstance(pub, dict) and pub.get("repo"):
+        size = f" ({format_bytes(pub['size'])})" if _num(pub.get("size")) else ""
+        return [f"**Published:** {_md_cell(pub['repo'])} publishes {_md_cell(pub.get('quant'))} as "
+                f"`{_md_cell(pub.get('file'))}`{size}: `{_md_cell(pub.get('command', ''))}`", ""]
+    if note:
+        return [f"**Published:** {_md_cell(note)}.", ""]
+    return []
 
 
 def _bytes(v: Any) -> str:
@@ -323,9 +380,14 @@ def _how_to_read(sampled: bool) -> list[str]:
     lines = [
         "## How to read this",
         "",
-        "- **speedup**: for each prompt, tokens/s of the configuration divided by tokens/s of "
-        "`none` (the target alone) on the same prompt; the median over prompts, and in the "
-        "suite tables the range over prompts. Above 1.00× speculation pays, below it costs.",
+        "- **speedup**: tokens/s of the configuration divided by tokens/s of `none` (the target "
+        "alone) in the same repeat of the same prompt (a *paired ratio*: the runs were interleaved, so "
+        "both saw the same machine), then the geometric mean of those ratios. Above 1.00× speculation "
+        "pays, below it costs.",
+        "- **95% interval**: a Student t-interval on the log ratios, with the noise measured between the "
+        "repeats of each prompt (between prompts when each ran once). **faster** or **slower** only when "
+        "the whole interval is on one side of 1×; otherwise **within noise**, with the smallest "
+        "difference these pairs could have shown (±).",
         "- **tok/s**: median decode speed (prompt processing excluded).",
         "- **acceptance**: share of drafted tokens the target accepted.",
         "- **tokens/step**: tokens per target verify pass, the target's own correction or bonus "

@@ -8,7 +8,10 @@ llama.cpp. One job per module:
                 (over ``stream``, the length-checking reader, into ``header``'s GGUFFile;
                 ``records`` is its fast path for runs of well-formed records).
 ``validate``    :func:`validate_gguf`: the checks llama.cpp's loader makes, memoised.
-``vocab``       the vocabulary as llama.cpp builds it (duplicates, VocabInfo from metadata).
+``vocab_rules`` the rules llama.cpp's vocabulary loader and tokenizers assume (a table of
+                rule -> llama.cpp source line -> check -> test); validate applies them.
+``vocab``       the vocabulary as llama.cpp builds it (duplicates, special tokens,
+                VocabInfo from metadata, vectorised token scans).
 ``estimate``    :func:`estimate_memory`: RAM/VRAM from the header (rules.kv's formula).
 ``inspection``  :func:`inspect_gguf`: a JSON summary for users.
 ``arrays``, ``spec``, ``rules``, ``text``: compact arrays, format constants, llama.cpp's

@@ -73,23 +73,48 @@ def estimate_memory(
     Returns integers: weights_bytes, repack_bytes, kv_bytes, compute_bytes, ram_bytes,
     vram_bytes, n_ctx, n_gpu_layers.
     """
-    arch = g.architecture or ""
+    shape = _Shape(g)
+    ngl = shape.n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, shape.n_layer + 1)
+    w_ram, w_vram, repack = _weights(g, shape.n_layer, ngl, set(repack_types))
+    kv_ram, kv_vram = _kv(shape, ngl, n_ctx, cache_type_bytes)
+    c_ram, c_vram = _compute(g, shape, ngl, n_ctx, n_batch)
+    return {
+        "weights_bytes": int(w_ram + w_vram),
+        "repack_bytes": int(repack),
+        "kv_bytes": int(kv_ram + kv_vram),
+        "compute_bytes": int(c_ram + c_vram),
+        "ram_bytes": int(w_ram + repack + kv_ram + c_ram),
+        "vram_bytes": int(w_vram + kv_vram + c_vram),
+        "n_ctx": int(n_ctx),
+        "n_gpu_layers": int(ngl),
+    }
 
-    def key(template: str) -> str:
-        return template.format(arch=arch)
 
-    layer_ids = {i for i in (layer_of(t.name) for t in g.tensors) if i is not None}
-    n_layer = md_int(g, key(K.LLM.BLOCK_COUNT)) or 0
-    if not 0 < n_layer <= LLAMA_MAX_LAYERS:  # missing or implausible: count the layers
-        n_layer = len(layer_ids)
-    ngl = n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
+class _Shape:
+    """The hyper-parameters the estimate needs, read as llama.cpp reads them."""
+
+    def __init__(self, g: GGUFFile) -> None:
+        arch = g.architecture or ""
+        self.key = lambda template: template.format(arch=arch)
+        layer_ids = {i for i in (layer_of(t.name) for t in g.tensors) if i is not None}
+        n_layer = md_int(g, self.key(K.LLM.BLOCK_COUNT)) or 0
+        if not 0 < n_layer <= LLAMA_MAX_LAYERS:  # missing or implausible: count the layers
+            n_layer = len(layer_ids)
+        self.n_layer = n_layer
+        self.n_embd = md_int(g, self.key(K.LLM.EMBEDDING_LENGTH)) or 0
+        self.n_head = md_layers(g, self.key(K.Attention.HEAD_COUNT), n_layer) or [0] * n_layer
+        self.n_head_kv = md_layers(g, self.key(K.Attention.HEAD_COUNT_KV), n_layer) or list(self.n_head)
+        self.n_ff = md_layers(g, self.key(K.LLM.FEED_FORWARD_LENGTH), n_layer) or [0] * n_layer
+        self.head0 = max(self.n_head) if self.n_head else 0
+        self.head_k, self.head_v = head_dims(self.n_embd, self.head0, md_int(g, self.key(K.Attention.KEY_LENGTH)),
+                                             md_int(g, self.key(K.Attention.VALUE_LENGTH)))
+
+
+def _weights(g: GGUFFile, n_layer: int, ngl: int, repackable: set[str]) -> tuple[int, int, int]:
+    """Weight bytes in RAM and in VRAM, and the repacked copies in RAM."""
     first_gpu_layer = n_layer - ngl
     output_on_gpu = ngl > n_layer
-
-    w_ram = w_vram = 0
-    repack = 0
-    repackable = set(repack_types)
-    embd_bytes = 0
+    w_ram = w_vram = repack = embd_bytes = 0
     for t in g.tensors:
         layer = layer_of(t.name)
         if layer is not None:
@@ -108,31 +133,33 @@ def estimate_memory(
                 repack += t.n_bytes
     if output_on_gpu and g.tensor("output.weight") is None:
         w_vram += embd_bytes  # tied embeddings: the output layer gets its own copy
+    return w_ram, w_vram, repack
 
-    n_embd = md_int(g, key(K.LLM.EMBEDDING_LENGTH)) or 0
-    n_head = md_layers(g, key(K.Attention.HEAD_COUNT), n_layer) or [0] * n_layer
-    n_head_kv = md_layers(g, key(K.Attention.HEAD_COUNT_KV), n_layer) or list(n_head)
-    n_ff = md_layers(g, key(K.LLM.FEED_FORWARD_LENGTH), n_layer) or [0] * n_layer
-    head0 = max(n_head) if n_head else 0
-    head_k, head_v = head_dims(n_embd, head0, md_int(g, key(K.Attention.KEY_LENGTH)), md_int(g, key(K.Attention.VALUE_LENGTH)))
 
+def _kv(shape: _Shape, ngl: int, n_ctx: int, cache_type_bytes: float) -> tuple[float, float]:
+    """KV cache bytes in RAM and in VRAM (rules.kv's formula per layer)."""
+    first_gpu_layer = shape.n_layer - ngl
     kv_ram = kv_vram = 0.0
-    for il in range(n_layer):
-        layer_bytes = kv_bytes_per_layer(n_ctx, n_head_kv[il], head_k, head_v, cache_type_bytes)
+    for il in range(shape.n_layer):
+        layer_bytes = kv_bytes_per_layer(n_ctx, shape.n_head_kv[il], shape.head_k, shape.head_v, cache_type_bytes)
         if ngl > 0 and il >= first_gpu_layer:
             kv_vram += layer_bytes
         else:
             kv_ram += layer_bytes
+    return kv_ram, kv_vram
 
-    n_vocab = md_int(g, key(K.LLM.VOCAB_SIZE))
+
+def _compute(g: GGUFFile, shape: _Shape, ngl: int, n_ctx: int, n_batch: int) -> tuple[int, int]:
+    """Compute buffers in RAM and in VRAM: the logits and one layer's activations."""
+    n_vocab = md_int(g, shape.key(K.LLM.VOCAB_SIZE))
     if n_vocab is None:
         tokens = g.metadata.get(K.Tokenizer.LIST)
         n_vocab = len(tokens) if isinstance(tokens, (list, StringArray, GGUFArray)) else 0
     n_out = max(0, min(n_batch, n_ctx))
     logits = 4 * n_vocab * n_out
-    activations = 4 * n_out * (head0 * n_ctx + 4 * n_embd + 2 * (max(n_ff) if n_ff else 0))
+    activations = 4 * n_out * (shape.head0 * n_ctx + 4 * shape.n_embd + 2 * (max(shape.n_ff) if shape.n_ff else 0))
     c_ram = c_vram = 0
-    if output_on_gpu:
+    if ngl > shape.n_layer:
         c_vram += logits
     else:
         c_ram += logits
@@ -140,17 +167,4 @@ def estimate_memory(
         c_vram += activations
     else:
         c_ram += activations
-
-    weights = w_ram + w_vram
-    kv = int(kv_ram + kv_vram)
-    compute = c_ram + c_vram
-    return {
-        "weights_bytes": int(weights),
-        "repack_bytes": int(repack),
-        "kv_bytes": kv,
-        "compute_bytes": int(compute),
-        "ram_bytes": int(w_ram + repack + kv_ram + c_ram),
-        "vram_bytes": int(w_vram + kv_vram + c_vram),
-        "n_ctx": int(n_ctx),
-        "n_gpu_layers": int(ngl),
-    }
+    return c_ram, c_vram

@@ -1,7 +1,9 @@
 """``specdesk models inspect``: a JSON-serialisable summary of a GGUF file for users.
 
 Reads the header lazily and skips the semantic checks, so it also describes files
-``validate_gguf`` refuses (a recurrent architecture, an unknown tokenizer, ...).
+``validate_gguf`` refuses (a recurrent architecture, an unknown tokenizer, ...). A split
+model, named by any part, is described whole: its parameters, sizes and memory from
+every part.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import gguf
 
 from .arrays import GGUFArray, StringArray
 from .estimate import estimate_memory, md_int
-from .reader import read_gguf
+from .split import merged, read_model
 from .rules import K
 
 
@@ -27,7 +29,8 @@ def _file_type_name(value: object) -> str | None:
 
 def inspect_gguf(path: str | os.PathLike[str]) -> dict:
     """A JSON-serialisable report about a model file (structure checked, arrays lazy)."""
-    g = read_gguf(path, lazy_arrays=True)
+    parts = read_model(path)
+    g = merged(parts)
     arch = g.architecture or ""
     T = K.Tokenizer
 
@@ -54,7 +57,8 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
     vocab_type = g.metadata.get(T.MODEL)
     return {
         "path": str(g.path),
-        "file_size": g.file_size,
+        "file_size": sum(part.file_size for part in parts),
+        "parts": len(parts),
         "version": g.version,
         "architecture": g.architecture,
         "name": name if isinstance(name, str) else None,

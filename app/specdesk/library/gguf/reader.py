@@ -153,10 +153,35 @@ def read_gguf(
 
 def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_len: int, lazy: bool,
            load: frozenset[str], cancel: Cancel | None) -> GGUFFile:
+    """The header, in the order the file holds it: preamble, metadata, tensor infos,
+    then the data section's place and every tensor's range in it."""
     size = st.st_size
     r = Reader(f, size, label, max_array_len, cancel)
+    version, n_tensors, n_kv = _read_preamble(r, f, size)
+    metadata, value_types, kv_offsets, arrays = _read_metadata(r, n_kv, lazy, load)
+    alignment = _alignment(r, metadata, value_types)
+    infos = _read_tensor_infos(r, n_tensors, alignment)
+    header_end = r.pos
+    data_offset, tensors = _place_tensors(r, infos, header_end, alignment, size)
+    return GGUFFile(
+        path=path,
+        file_size=size,
+        version=version,
+        alignment=alignment,
+        data_offset=data_offset,
+        metadata=metadata,
+        tensors=tensors,
+        value_types=value_types,
+        kv_offsets=kv_offsets,
+        header_end=header_end,
+        mtime_ns=st.st_mtime_ns,
+        arrays=arrays,
+    )
 
-    # -- magic and version ------------------------------------------------------------------
+
+def _read_preamble(r: Reader, f: BinaryIO, size: int) -> tuple[int, int, int]:
+    """Magic, version and the two counts, refused before any record is read when they
+    cannot be right: (version, n_tensors, n_kv)."""
     head = f.read(min(size, 64))
     if not head.startswith(GGUF_MAGIC):
         if len(head) < len(GGUF_MAGIC) and GGUF_MAGIC.startswith(head):
@@ -185,8 +210,12 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
             f"corrupt or truncated: header claims {_n(n_kv)} metadata entries and {_n(n_tensors)} tensors, "
             f"which need at least {_n(need)} bytes, but only {_n(r.left)} bytes follow"
         )
+    return version, n_tensors, n_kv
 
-    # -- metadata -------------------------------------------------------------------------
+
+def _read_metadata(r: Reader, n_kv: int, lazy: bool, load: frozenset[str]):
+    """Every metadata entry: runs of plain entries by the fast path (records.py), each
+    entry it leaves by the checked reads, which name its problem."""
     metadata: dict[str, object] = {}
     value_types: dict[str, tuple[int, int | None]] = {}
     kv_offsets: dict[str, int] = {}
@@ -196,14 +225,13 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
     while i < n_kv:
         if i and not i % CANCEL_EVERY:
             r.check_cancel()
-        # the fast path (records.py) takes runs of plain entries, up to the next cancel check
+        # the fast path takes runs of plain entries, up to the next cancel check
         r.window(KV_WINDOW)
         stop = min(n_kv, (i // CANCEL_EVERY + 1) * CANCEL_EVERY)
         j = decode_kvs(r, i, stop, lazy, load, metadata, value_types, kv_offsets, arrays, type_pairs)
         if j > i:
             i = j
             continue
-        # the checked reads take the entry the fast path left: they name its problem
         start = r.pos
         r.place = ("entry", i)
         raw = r.raw_string()
@@ -227,7 +255,10 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
         if ref is not None:
             arrays[key] = ref
         i += 1
+    return metadata, value_types, kv_offsets, arrays
 
+
+def _alignment(r: Reader, metadata: dict, value_types: dict) -> int:
     alignment = DEFAULT_ALIGNMENT
     akey = gguf.Keys.General.ALIGNMENT
     if akey in metadata:
@@ -236,9 +267,13 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
         alignment = int(metadata[akey])  # type: ignore[arg-type]
         if alignment == 0 or alignment & (alignment - 1):
             raise r.fail(f"{akey} is {alignment}, which is not a power of two")
+    return alignment
 
-    # -- tensor infos ---------------------------------------------------------------------
-    infos: list = []  # (name, dims, type, type name, relative offset, n_bytes, info offset)
+
+def _read_tensor_infos(r: Reader, n_tensors: int, alignment: int) -> list:
+    """Every tensor info as (name, dims, type, type name, relative offset, n_bytes, info
+    offset): runs by the fast path, the rest by :func:`_checked_tensor_info`."""
+    infos: list = []
     seen: set[str] = set()
     i = 0
     while i < n_tensors:
@@ -249,56 +284,62 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
         if j > i:
             i = j
             continue
-        start = r.pos
-        r.place = ("info", i)
-        raw = r.raw_string()
-        if not raw:
-            raise r.fail(f"tensor #{i} has an empty name (at byte {_n(start)})")
-        if len(raw) >= GGML_MAX_NAME:
-            raise r.fail(f"tensor #{i} name '{_show(raw.decode('utf-8', 'replace'))}' is {len(raw)} bytes; ggml allows at most {GGML_MAX_NAME - 1}")
-        if b"\0" in raw:
-            raise r.fail(f"tensor #{i} name '{_show(raw.decode('utf-8', 'replace'))}' contains a NUL byte")
-        name = raw.decode("utf-8", "replace")
-        if name in seen:
-            raise r.fail(f"duplicate tensor name '{_show(name)}'")
-        seen.add(name)
-        r.place = ("tensor", name)
-        n_dims = r.u32()
-        if not 1 <= n_dims <= GGML_MAX_DIMS:
-            raise r.fail(f"tensor '{_show(name)}' has {n_dims} dimensions; ggml supports 1 to {GGML_MAX_DIMS}")
-        dims = []
-        n_elements = 1
-        for _ in range(n_dims):
-            d = r.u64()
-            if d < 1 or d > INT64_MAX:
-                raise r.fail(f"tensor '{_show(name)}' has an invalid dimension {_n(d)}")
-            dims.append(d)
-            n_elements *= d
-            if n_elements >= INT64_MAX:
-                raise r.fail(f"tensor '{_show(name)}' has too many elements ({' x '.join(_n(x) for x in dims)}...)")
-        at = r.pos
-        ttype = r.u32()
-        if ttype not in GGML_TYPES:
-            raise r.fail(f"tensor '{_show(name)}' has unknown ggml type {ttype} (at byte {_n(at)})")
-        tname, block, tsize = GGML_TYPES[ttype]
-        if dims[0] % block:
-            raise r.fail(f"tensor '{_show(name)}' of type {tname} has rows of {_n(dims[0])} elements, not a multiple of the block size {block}")
-        n_bytes = n_elements // block * tsize
-        offset = r.u64()
-        if offset % alignment:
-            raise r.fail(f"tensor '{_show(name)}' data offset {_n(offset)} is not a multiple of the alignment {alignment}")
-        infos.append((name, tuple(dims), ttype, tname, offset, n_bytes, start))
+        infos.append(_checked_tensor_info(r, i, seen, alignment))
         i += 1
-    del seen
-    header_end = r.pos
+    return infos
 
-    # -- data section ---------------------------------------------------------------------
+
+def _checked_tensor_info(r: Reader, i: int, seen: set[str], alignment: int) -> tuple:
+    start = r.pos
+    r.place = ("info", i)
+    raw = r.raw_string()
+    if not raw:
+        raise r.fail(f"tensor #{i} has an empty name (at byte {_n(start)})")
+    if len(raw) >= GGML_MAX_NAME:
+        raise r.fail(f"tensor #{i} name '{_show(raw.decode('utf-8', 'replace'))}' is {len(raw)} bytes; ggml allows at most {GGML_MAX_NAME - 1}")
+    if b"\0" in raw:
+        raise r.fail(f"tensor #{i} name '{_show(raw.decode('utf-8', 'replace'))}' contains a NUL byte")
+    name = raw.decode("utf-8", "replace")
+    if name in seen:
+        raise r.fail(f"duplicate tensor name '{_show(name)}'")
+    seen.add(name)
+    r.place = ("tensor", name)
+    n_dims = r.u32()
+    if not 1 <= n_dims <= GGML_MAX_DIMS:
+        raise r.fail(f"tensor '{_show(name)}' has {n_dims} dimensions; ggml supports 1 to {GGML_MAX_DIMS}")
+    dims = []
+    n_elements = 1
+    for _ in range(n_dims):
+        d = r.u64()
+        if d < 1 or d > INT64_MAX:
+            raise r.fail(f"tensor '{_show(name)}' has an invalid dimension {_n(d)}")
+        dims.append(d)
+        n_elements *= d
+        if n_elements >= INT64_MAX:
+            raise r.fail(f"tensor '{_show(name)}' has too many elements ({' x '.join(_n(x) for x in dims)}...)")
+    at = r.pos
+    ttype = r.u32()
+    if ttype not in GGML_TYPES:
+        raise r.fail(f"tensor '{_show(name)}' has unknown ggml type {ttype} (at byte {_n(at)})")
+    tname, block, tsize = GGML_TYPES[ttype]
+    if dims[0] % block:
+        raise r.fail(f"tensor '{_show(name)}' of type {tname} has rows of {_n(dims[0])} elements, not a multiple of the block size {block}")
+    n_bytes = n_elements // block * tsize
+    offset = r.u64()
+    if offset % alignment:
+        raise r.fail(f"tensor '{_show(name)}' data offset {_n(offset)} is not a multiple of the alignment {alignment}")
+    return (name, tuple(dims), ttype, tname, offset, n_bytes, start)
+
+
+def _place_tensors(r: Reader, infos: list, header_end: int, alignment: int, size: int) -> tuple[int, list[TensorInfo]]:
+    """Where the data section starts, and every tensor's range in it: inside the file,
+    no two overlapping."""
     data_offset = header_end
-    if n_tensors:
+    if infos:
         data_offset = (header_end + alignment - 1) // alignment * alignment
     if data_offset > size:
         raise r.fail(f"truncated: the tensor data section starts at byte {_n(data_offset)} but the file has {_n(size)} bytes")
-    tensors: list[TensorInfo] = infos  # type: ignore[assignment]  # replaced in place, one at a time
+    tensors: list[TensorInfo] = infos  # replaced in place, one at a time
     for i, (name, dims, ttype, tname, off, n_bytes, start) in enumerate(infos):
         tensors[i] = TensorInfo(name, dims, ttype, tname, data_offset + off, n_bytes, start)
     for t in tensors:
@@ -310,22 +351,7 @@ def _parse(f: BinaryIO, path: Path, st: os.stat_result, label: str, max_array_le
     for a, b in zip(ordered, ordered[1:]):
         if b.offset < a.offset + a.n_bytes:
             raise r.fail(f"tensors '{_show(a.name)}' and '{_show(b.name)}' overlap in the file")
-    del ordered
-
-    return GGUFFile(
-        path=path,
-        file_size=size,
-        version=version,
-        alignment=alignment,
-        data_offset=data_offset,
-        metadata=metadata,
-        tensors=tensors,
-        value_types=value_types,
-        kv_offsets=kv_offsets,
-        header_end=header_end,
-        mtime_ns=st.st_mtime_ns,
-        arrays=arrays,
-    )
+    return data_offset, tensors
 
 
 def load_array(g: GGUFFile, key: str, cancel: Cancel | None = None) -> object:

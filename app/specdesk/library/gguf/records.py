@@ -125,52 +125,10 @@ def decode_kvs(
             value = buf[q + 8 : q + 8 + n].decode("utf-8", "replace")
             q += 8 + n
         elif vtype == _ARRAY:
-            if q + 12 > hi:
+            got = _fast_array(buf, q, hi, file_left, base, max_len, lazy, n_strings)
+            if got is None:
                 break
-            etype, n = _ARRAY_HEAD.unpack_from(buf, q)
-            q += 12
-            if n > max_len:
-                break
-            es = scalars.get(etype)
-            if n == 0 and (es is not None or etype == _STRING or etype == _ARRAY):
-                value = []
-            elif es is not None:
-                size = es.size
-                if n > LAZY_ARRAY_MIN:
-                    if not lazy or q + n * size > file_left:
-                        break
-                    value = ref = GGUFArray(etype, n, base + q)
-                elif q + n * size > hi:
-                    break
-                elif n <= SHORT_LIST:
-                    items = SHORT_STRUCTS[etype, n].unpack_from(buf, q)
-                    value = [v != 0 for v in items] if etype == _BOOL else list(items)
-                else:
-                    arr = np.frombuffer(buf, dtype=NUMPY_DTYPES[etype], count=n, offset=q)
-                    value = (arr != 0).tolist() if etype == _BOOL else arr.tolist()
-                q += n * size
-            elif etype == _STRING and n <= LAZY_ARRAY_MIN:
-                if n_strings + n > MAX_STRINGS:
-                    break
-                # a string that ends inside the window is within the file and, as the
-                # window holds at most MAX_STRING_BYTES, within the string limit
-                strings = []
-                add = strings.append
-                last = hi - 8
-                for _ in range(n):
-                    if q > last:
-                        break
-                    a = q + 8
-                    q = a + unpack_u64(buf, q)[0]
-                    if q > hi:
-                        break
-                    add(buf[a:q].decode("utf-8", "replace"))
-                if len(strings) < n:
-                    break
-                value = strings
-                counted = n
-            else:
-                break
+            value, etype, ref, q, counted = got
         else:
             break
         metadata[key] = value
@@ -185,6 +143,57 @@ def decode_kvs(
     r.pos = base + p
     r.strings = n_strings
     return i
+
+
+def _fast_array(buf, q: int, hi: int, file_left: int, base: int, max_len: int, lazy: bool,
+                n_strings: int) -> tuple | None:
+    """An array value at ``q`` in the window, as :func:`decode_kvs` takes them:
+    (value, element type, GGUFArray reference or None, the offset after it, strings
+    counted), or None to leave the entry to the checked reads."""
+    if q + 12 > hi:
+        return None
+    etype, n = _ARRAY_HEAD.unpack_from(buf, q)
+    q += 12
+    if n > max_len:
+        return None
+    es = SCALAR_STRUCTS.get(etype)
+    ref = None
+    if n == 0 and (es is not None or etype == _STRING or etype == _ARRAY):
+        return [], etype, None, q, 0
+    if es is not None:
+        size = es.size
+        if n > LAZY_ARRAY_MIN:
+            if not lazy or q + n * size > file_left:
+                return None
+            value = ref = GGUFArray(etype, n, base + q)
+        elif q + n * size > hi:
+            return None
+        elif n <= SHORT_LIST:
+            items = SHORT_STRUCTS[etype, n].unpack_from(buf, q)
+            value = [v != 0 for v in items] if etype == _BOOL else list(items)
+        else:
+            arr = np.frombuffer(buf, dtype=NUMPY_DTYPES[etype], count=n, offset=q)
+            value = (arr != 0).tolist() if etype == _BOOL else arr.tolist()
+        return value, etype, ref, q + n * size, 0
+    if etype == _STRING and n <= LAZY_ARRAY_MIN:
+        if n_strings + n > MAX_STRINGS:
+            return None
+        # a string that ends inside the window is within the file and, as the
+        # window holds at most MAX_STRING_BYTES, within the string limit
+        strings = []
+        add = strings.append
+        last = hi - 8
+        unpack_u64 = U64.unpack_from
+        for _ in range(n):
+            if q > last:
+                return None
+            a = q + 8
+            q = a + unpack_u64(buf, q)[0]
+            if q > hi:
+                return None
+            add(buf[a:q].decode("utf-8", "replace"))
+        return strings, etype, None, q, n
+    return None
 
 
 def decode_tensor_infos(r: Reader, i: int, stop: int, seen: set[str], alignment: int, infos: list) -> int:

@@ -92,8 +92,12 @@ GENERAL_KEY_TYPES: dict[str, str] = {
     K.Tokenizer.ADD_BOS: "bool",
     K.Tokenizer.ADD_EOS: "bool",
     K.Tokenizer.ADD_SEP: "bool",
-    K.Tokenizer.PRECOMPILED_CHARSMAP: "arr_bytes",
+    K.Tokenizer.PRECOMPILED_CHARSMAP: "arr_u8",
     K.Tokenizer.CHAT_TEMPLATE: "str",
+    # read by llama_vocab::impl::load with get_key (bool) and as an int32 array
+    "tokenizer.ggml.normalizer.lowercase": "bool",
+    "tokenizer.ggml.normalizer.strip_accents": "bool",
+    "tokenizer.ggml.suppress_tokens": "arr_i32",
 }
 SPECIAL_TOKEN_KEYS = (
     K.Tokenizer.BOS_ID, K.Tokenizer.EOS_ID, K.Tokenizer.EOT_ID, K.Tokenizer.EOM_ID,
@@ -104,6 +108,14 @@ SPECIAL_TOKEN_KEYS = (
 )
 for _key in SPECIAL_TOKEN_KEYS:
     GENERAL_KEY_TYPES[_key] = "u32"
+#: The special tokens that decide what a prompt gets (BOS, EOS, UNK, SEP) and where an
+#: answer ends (EOS, EOT, EOM): an id of one past the vocabulary is refused, since
+#: llama.cpp would quietly use another token (or none). Padding, mask and FIM ids it
+#: ignores the same way, but SpecDesk never uses them, so a file with one is accepted.
+USED_SPECIAL_TOKEN_KEYS = (
+    K.Tokenizer.BOS_ID, K.Tokenizer.EOS_ID, K.Tokenizer.EOT_ID, K.Tokenizer.EOM_ID,
+    K.Tokenizer.UNK_ID, K.Tokenizer.SEP_ID,
+)
 
 ARCH_KEY_TYPES: dict[str, str] = {
     K.LLM.CONTEXT_LENGTH: "u32",
@@ -170,13 +182,24 @@ INT_ARRAY_TYPES = (VT.INT32, VT.UINT32)
 
 #: tokenizer.ggml.model -> llama_vocab_type (NONE, SPM, BPE, WPM, UGM, RWKV, PLAMO2).
 VOCAB_TYPES = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4, "rwkv": 5, "plamo2": 6}
-#: tokenizer.ggml.model -> default (BOS id, EOS id); -1 is LLAMA_TOKEN_NULL.
-DEFAULT_BOS_EOS = {"no_vocab": (-1, -1), "none": (-1, -1), "llama": (1, 2), "bert": (101, -1),
-                   "gpt2": (11, 11), "t5": (-1, 1), "rwkv": (-1, -1), "plamo2": (1, 2)}
-#: tokenizer.ggml.model -> default (add BOS, add EOS).
+#: The special-token roles the tokenizers use, and the metadata key that sets each.
+SPECIAL_ROLE_KEYS = {"bos": K.Tokenizer.BOS_ID, "eos": K.Tokenizer.EOS_ID, "unk": K.Tokenizer.UNK_ID,
+                     "sep": K.Tokenizer.SEP_ID, "pad": K.Tokenizer.PAD_ID}
+#: tokenizer.ggml.model -> llama.cpp's default id for each role; -1 is LLAMA_TOKEN_NULL.
+DEFAULT_SPECIAL_IDS = {
+    "no_vocab": dict(bos=-1, eos=-1, unk=-1, sep=-1, pad=-1),
+    "none": dict(bos=-1, eos=-1, unk=-1, sep=-1, pad=-1),
+    "llama": dict(bos=1, eos=2, unk=0, sep=-1, pad=-1),
+    "bert": dict(bos=101, eos=-1, unk=100, sep=102, pad=0),
+    "gpt2": dict(bos=11, eos=11, unk=-1, sep=-1, pad=-1),
+    "t5": dict(bos=-1, eos=1, unk=2, sep=-1, pad=0),
+    "rwkv": dict(bos=-1, eos=-1, unk=-1, sep=-1, pad=-1),
+    "plamo2": dict(bos=1, eos=2, unk=0, sep=-1, pad=3),
+}
+#: tokenizer.ggml.model -> default (add BOS, add EOS); plamo2 and BPE keep llama.cpp's false.
 DEFAULT_ADD_BOS_EOS = {"llama": (True, False), "bert": (True, False), "t5": (False, True), "rwkv": (False, False)}
 #: BPE pre-tokenizers for which llama.cpp adds a BOS by default.
 BPE_PRE_ADD_BOS = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
                              "lfm2", "jina-v5-nano", "tekken", "chameleon"})
 #: BPE pre-tokenizers for which llama.cpp has no BOS by default.
-BPE_PRE_NO_BOS = frozenset({"glm4", "chatglm-bpe"})
+BPE_PRE_NO_BOS = frozenset({"glm4", "glm5", "chatglm-bpe"})

@@ -9,6 +9,12 @@ checks that claim against the real loader on mutated files.
 It is linear in the header's size and memory-bounded like ``read_gguf``: long arrays
 are read lazily, except the two the checks need (the tokens, as raw bytes, and their
 types), and the token uniqueness check hashes every token once.
+
+A split model (``name-00001-of-0000N.gguf`` ...) is validated as one: named by any
+part, every part is read and the set checked as llama.cpp checks it
+(:func:`~.split.read_model`), each part's layout is checked, and the semantic checks
+run on the first part's metadata with every part's tensors (:func:`~.split.merged`),
+which is what :func:`validate_gguf` returns.
 """
 
 from __future__ import annotations
@@ -20,12 +26,12 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 
 from ...errors import Cancelled, ModelFileError
+from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
 from .header import GGUFFile, TensorInfo
-from .reader import read_gguf
+from .split import merged, read_model, split_parts
 from .rules import (
     ARCH_KEY_TYPES,
     ARCH_REQUIRED_KEYS,
@@ -41,7 +47,6 @@ from .rules import (
     RECURRENT_ARCHITECTURES,
     ROPE_SCALING_TYPES,
     SUPPORTED_ARCHITECTURES,
-    TOKEN_TYPE_BYTE,
     TOKENIZER_MODELS,
     K,
 )
@@ -50,8 +55,7 @@ from .stream import Cancel
 from .text import label as _label
 from .text import n as _n
 from .text import show as _show
-from .text import show_bytes
-from .vocab import find_duplicate_token, llama_token_text
+from .vocab_rules import Vocab, first_problem, no_vocabulary
 
 _BLK_RE = re.compile(r"^blk\.([0-9]+)\.")
 _CANCEL_EVERY = 1 << 12
@@ -60,8 +64,10 @@ _CANCEL_EVERY = 1 << 12
 class _Validator:
     """The semantic checks of ``validate_gguf`` over a parsed header."""
 
-    def __init__(self, g: GGUFFile, cancel: Cancel | None = None) -> None:
+    def __init__(self, g: GGUFFile, cancel: Cancel | None = None, parts: list[GGUFFile] | None = None) -> None:
         self.g = g
+        #: the files as they are on disk: ``[g]``, or every part of a split model
+        self.parts = parts or [g]
         self.cancel = cancel
         self.label = _label(g.path)
         self.md = g.metadata
@@ -105,8 +111,8 @@ class _Validator:
             return vtype == VT.ARRAY and etype == VT.FLOAT32
         if spec == "arr_i32":
             return vtype == VT.ARRAY and etype == VT.INT32
-        if spec == "arr_bytes":
-            return vtype == VT.ARRAY and etype not in (VT.STRING, VT.ARRAY)
+        if spec == "arr_u8":
+            return vtype == VT.ARRAY and etype in (VT.INT8, VT.UINT8)
         raise AssertionError(spec)
 
     _SPEC_NAMES = {
@@ -114,7 +120,7 @@ class _Validator:
         "bool": "a bool", "str": "a string", "layers": "a uint32 or an array of int32/uint32",
         "ints": "an array of int32/uint32", "arr_str": "an array of strings",
         "arr_f32": "an array of float32", "arr_i32": "an array of int32",
-        "arr_bytes": "an array of numbers",
+        "arr_u8": "an array of int8 or uint8",
     }
 
     def check_type(self, key: str, spec: str) -> None:
@@ -151,51 +157,48 @@ class _Validator:
     # -- the checks -------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.check_layout()
-        self.check_nested_arrays()
-        self.check_split()
+        for part in self.parts:
+            self.check_layout(part)
+            self.check_nested_arrays(part)
         self.check_architecture()
         self.check_key_types()
         self.check_hparams()
         self.check_vocab()
         self.check_tensors()
 
-    def check_layout(self) -> None:
+    def check_layout(self, g: GGUFFile) -> None:
         """llama.cpp requires tensor data in header order, each padded to the alignment
         (gguf_init_from_file: "tensor 'x' has offset N, expected M"), and ggml requires
         memory-mapped tensor data at 32-byte aligned addresses (an assertion, i.e. a
-        crash, with general.alignment < 32).
+        crash, with general.alignment < 32). For each file (each part of a split model).
         """
-        g = self.g
+
+        def fail(problem: str) -> ModelFileError:
+            return ModelFileError(f"{_label(g.path)}: {problem}")
+
         expected = 0
         for i, t in enumerate(g.tensors):
             if i and not i % _CANCEL_EVERY:
                 self.check_cancel()
             rel = t.offset - g.data_offset
             if rel != expected:
-                raise self.fail(
+                raise fail(
                     f"tensor '{_show(t.name)}' data is at offset {_n(rel)} of the data section; llama.cpp "
                     f"requires {_n(expected)} (tensors stored in header order, padded to {g.alignment} bytes)"
                 )
             expected += (t.n_bytes + g.alignment - 1) // g.alignment * g.alignment
             if t.offset % GGML_TENSOR_ALIGNMENT:
-                raise self.fail(
+                raise fail(
                     f"tensor '{_show(t.name)}' data starts at byte {_n(t.offset)}, not a multiple of "
                     f"{GGML_TENSOR_ALIGNMENT}; llama.cpp aborts on such memory-mapped weights"
                 )
 
-    def check_nested_arrays(self) -> None:
-        """llama.cpp's GGUF reader rejects arrays of arrays ("invalid GGUF type")."""
-        for key, (vtype, etype) in self.types.items():
+    def check_nested_arrays(self, g: GGUFFile) -> None:
+        """llama.cpp's GGUF reader rejects arrays of arrays ("invalid GGUF type"), in any file."""
+        for key, (vtype, etype) in g.value_types.items():
             if vtype == VT.ARRAY and etype == VT.ARRAY:
-                raise self.fail(f"metadata key '{_show(key)}' is an array of arrays, which llama.cpp cannot read")
-
-    def check_split(self) -> None:
-        """A part of a split model cannot be loaded on its own."""
-        self.check_type("split.count", "u16")
-        count = self.md.get("split.count")
-        if isinstance(count, int) and count > 1:
-            raise self.fail(f"is one part of a model split into {count} files; merge the parts into one GGUF first")
+                raise ModelFileError(f"{_label(g.path)}: metadata key '{_show(key)}' is an array of arrays, "
+                                     "which llama.cpp cannot read")
 
     def check_architecture(self) -> None:
         """general.architecture is a string naming an architecture llama.cpp knows."""
@@ -255,8 +258,8 @@ class _Validator:
         if n_head0 > 0:
             if key_len is None and self.n_embd % n_head0:
                 raise self.fail(f"{head_key} ({n_head0}) does not divide the embedding length ({self.n_embd})")
-            self.head_k = int(key_len) if key_len is not None else self.n_embd // n_head0  # type: ignore[call-overload]
-            self.head_v = int(val_len) if val_len is not None else self.n_embd // n_head0  # type: ignore[call-overload]
+            self.head_k, self.head_v = head_dims(self.n_embd, n_head0, None if key_len is None else int(key_len),  # type: ignore[call-overload]
+                                                 None if val_len is None else int(val_len))  # type: ignore[call-overload]
             if self.head_k < 1 or self.head_v < 1:
                 raise self.fail("attention key/value length is 0")
         for il, (h, hkv) in enumerate(zip(self.n_head, self.n_head_kv)):
@@ -272,15 +275,15 @@ class _Validator:
             raise self.fail(f"{self.key(K.Rope.DIMENSION_COUNT)} is {self.n_rot} but the head size is {self.head_k} (llama.cpp: invalid n_rot)")
 
     def check_vocab(self) -> None:
-        """The tokenizer metadata llama.cpp's vocabulary loader reads (and can abort on)."""
+        """The tokenizer metadata llama.cpp's vocabulary loader reads, then the rules its
+        loader and tokenizers assume (:mod:`.vocab_rules`; breaking one aborts or hangs)."""
         T = K.Tokenizer
         model = self.require(T.MODEL, "str", " (llama.cpp needs a tokenizer)")
         if model not in TOKENIZER_MODELS:
             raise self.fail(f"unknown tokenizer model '{_show(model)}' (tokenizer.ggml.model)")
         vocab_size = self.md.get(self.key(K.LLM.VOCAB_SIZE))
         if model in ("none", "no_vocab"):
-            self.n_vocab = int(vocab_size) if vocab_size is not None else None  # type: ignore[call-overload]
-            return
+            raise self.fail(no_vocabulary(str(model)))
         tokens = self.require(T.LIST, "arr_str", " (the vocabulary)")
         assert isinstance(tokens, StringArray)  # read_gguf(load=...) keeps it raw
         n_tokens = len(tokens)
@@ -294,52 +297,12 @@ class _Validator:
             pre = self.md.get(T.PRE)
             if pre is not None and pre not in BPE_PRE_TOKENIZERS:
                 raise self.fail(f"unknown pre-tokenizer '{_show(pre)}' (tokenizer.ggml.pre)")
-        if model == "t5" and T.PRECOMPILED_CHARSMAP in self.md and len(self.md[T.PRECOMPILED_CHARSMAP]) < 4:  # type: ignore[arg-type]
-            raise self.fail(f"{T.PRECOMPILED_CHARSMAP} is too short")
-        self.check_token_texts(tokens, str(model))
-        if model == "plamo2":
-            self.check_plamo2_bytes(tokens)
-        for key in (T.BOS_ID, T.EOS_ID):
-            tid = self.md.get(key)
-            if tid is not None and tid >= n_tokens:  # type: ignore[operator]
-                raise self.fail(f"{key} is {tid} but the vocabulary has {_n(n_tokens)} tokens")
+        problem = first_problem(Vocab(str(model), self.md, tokens, self.cancel))
+        if problem is not None:
+            raise self.fail(problem)
         self.n_vocab = int(vocab_size) if vocab_size is not None else n_tokens  # type: ignore[call-overload]
         if vocab_size is not None and vocab_size != n_tokens:
             raise self.fail(f"{self.key(K.LLM.VOCAB_SIZE)} is {_n(vocab_size)} but tokenizer.ggml.tokens has {_n(n_tokens)} tokens")  # type: ignore[arg-type]
-
-    def byte_token_ids(self) -> list[int]:
-        types = self.md.get(K.Tokenizer.TOKEN_TYPE)
-        if types is None:
-            return []
-        return np.flatnonzero(np.asarray(types) == TOKEN_TYPE_BYTE).tolist()
-
-    def check_token_texts(self, tokens: StringArray, model: str) -> None:
-        """Token texts must be unique as llama.cpp sees them: it reads each as a C string
-        (cut at its first NUL byte, an empty one becomes "[EMPTY_<id>]") into its
-        token_to_id map and aborts (or, in newer versions, refuses the file) when two
-        are equal -- compared as bytes, so invalid UTF-8 counts byte for byte. Byte
-        tokens must look like <0xNN> (llama.cpp reads text[3:5])."""
-        dup = find_duplicate_token(tokens, self.cancel)
-        if dup is not None:
-            first, i, text = dup
-            raise self.fail(f"duplicate token {show_bytes(text)} (ids {first} and {i}) in tokenizer.ggml.tokens")
-        byte_ids = self.byte_token_ids()
-        if not byte_ids:
-            return
-        if model == "bert":
-            raise self.fail(f"token {byte_ids[0]} is a byte token, which a bert vocabulary cannot have")
-        if model in ("llama", "t5"):
-            for i in byte_ids:
-                text = llama_token_text(tokens.raw(i), i)
-                if len(text) < 3:
-                    raise self.fail(f"byte token {i} {show_bytes(text)} is not of the form <0xNN>")
-
-    def check_plamo2_bytes(self, tokens: StringArray) -> None:
-        """The plamo2 tokenizer needs a byte token <0x00>..<0xFF> for every byte."""
-        have = {tokens[i] for i in self.byte_token_ids()}
-        for b in range(256):
-            if f"<0x{b:02X}>" not in have:
-                raise self.fail(f"the plamo2 vocabulary has no byte token <0x{b:02X}>")
 
     def check_tensors(self) -> None:
         """The tensors llama.cpp's load_tensors creates.
@@ -487,8 +450,15 @@ def clear_memo() -> None:
         _memo.clear()
 
 
+def _model_key(path: Path) -> tuple | None:
+    """The memo key of the model ``path`` names: every part's (a change to any part is a
+    new model), or None when one cannot be taken."""
+    keys = tuple(_memo_key(p) for p in split_parts(path))
+    return None if any(k is None for k in keys) else keys
+
+
 def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
-    key = _memo_key(path)
+    key = _model_key(path)
     if key is not None:
         with _memo_lock:
             hit = _memo.get(key)
@@ -500,8 +470,9 @@ def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
             raise ModelFileError(hit)
     T = K.Tokenizer
     try:
-        g = read_gguf(path, lazy_arrays=True, load=(T.LIST, T.TOKEN_TYPE), cancel=cancel)
-        _Validator(g, cancel).run()
+        parts = read_model(path, load=(T.LIST, T.TOKEN_TYPE, T.PRECOMPILED_CHARSMAP), cancel=cancel)
+        g = merged(parts)
+        _Validator(g, cancel, parts).run()
     except ModelFileError as e:
         result: GGUFFile | str = str(e)
     else:
@@ -540,8 +511,13 @@ def validate_gguf(
     hundreds of mutated files). On top of the structural checks of ``read_gguf``:
 
     * tensor data is laid out in header order, each tensor padded to the alignment
-      (llama.cpp rejects any other layout); no metadata array holds arrays; the file is
-      not one part of a split model;
+      (llama.cpp rejects any other layout); no metadata array holds arrays;
+    * a split model, named by any of its parts, has all its parts, each with the
+      split keys llama.cpp reads (``split.no`` in order, one ``split.count``, a
+      ``split.tensors.count`` that counts every part's tensors, no tensor twice) and
+      names it can follow; the checks below then see the first part's metadata and
+      every part's tensors, and so does the returned header (its ``path`` is the first
+      part, the file llama.cpp must be given);
     * ``general.architecture`` is a string naming an architecture llama.cpp knows;
     * every metadata key llama.cpp reads has the exact type it expects (uint32 block
       count, float32 rms epsilon, string array of tokens, ...); a rope scaling type is
@@ -554,8 +530,9 @@ def validate_gguf(
     * the tokenizer model is one llama.cpp knows; the tokens exist, are unique as
       llama.cpp compares them (raw bytes up to the first NUL; llama.cpp aborts on
       duplicates) and scores/token types have one entry per token; a BPE vocabulary
-      has merges and a known pre-tokenizer; byte tokens look like <0xNN>; bos/eos ids
-      are inside the vocabulary; ``{arch}.vocab_size`` matches;
+      has merges and a known pre-tokenizer; ``{arch}.vocab_size`` matches; and every
+      rule of :mod:`.vocab_rules` (the ones llama.cpp's vocabulary loader and
+      tokenizers assume: special-token ids, byte tokens, the charsmap, ...) holds;
     * ``token_embd.weight`` exists with shape {embedding_length, n_vocab}; output.weight
       matches the vocabulary; the blk.N indices are exactly 0..block_count-1; for llama
       and qwen2 the exact tensor set and shapes llama.cpp creates, and nothing else;

@@ -8,12 +8,18 @@
 * :func:`vocab_info_from_gguf`: the :class:`~specdesk.rules.vocab.VocabInfo` llama.cpp
   would report for the file (type, BOS/EOS, add-BOS/EOS, texts), without loading it,
   so draft pairing can apply ``rules.vocab``'s rules to files.
+* :func:`resolve_specials`: the special-token ids and add-BOS/EOS flags llama.cpp ends
+  up with (its defaults for the tokenizer, overridden by in-range metadata).
+* :class:`TokenScan`: vectorised scans of the raw token bytes, for rules about a few
+  tokens of a large vocabulary.
 * :func:`vocab_from_gguf`: the tokenizer as plain data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -26,7 +32,8 @@ from .rules import (
     BPE_PRE_ADD_BOS,
     BPE_PRE_NO_BOS,
     DEFAULT_ADD_BOS_EOS,
-    DEFAULT_BOS_EOS,
+    DEFAULT_SPECIAL_IDS,
+    SPECIAL_ROLE_KEYS,
     VOCAB_TYPES,
     K,
 )
@@ -107,14 +114,105 @@ def find_duplicate_token(tokens: StringArray | Sequence[str], cancel: Cancel | N
     return None
 
 
-def _as_int(g: GGUFFile, key: str) -> int | None:
-    v = g.metadata.get(key)
+def _sorted_unique(ids: np.ndarray) -> np.ndarray:
+    return ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
+
+
+class TokenScan:
+    """Vectorised scans of a StringArray's raw bytes, for rules about a few tokens of a
+    large vocabulary: which tokens contain a byte, which texts have a length. Linear in
+    numpy; only tokens a NUL byte cuts (and empty ones) are looked at one by one."""
+
+    def __init__(self, tokens: StringArray) -> None:
+        self.tokens = tokens
+        data, bounds = tokens.buffers()
+        self.bytes = np.frombuffer(data, dtype=np.uint8)
+        self.starts = bounds[:-1] + 8  # where each token's text starts
+        self.ends = bounds[1:]
+        self.lengths = self.ends - self.starts  # of the raw bytes
+
+    @cached_property
+    def in_text(self) -> np.ndarray:
+        """A mask over the bytes: True for token text, False for the u64 length fields."""
+        mask = np.ones(len(self.bytes), dtype=bool)
+        mask[(self.starts[:, None] - 8 + np.arange(8)).ravel()] = False
+        return mask
+
+    def ids_containing(self, byte_test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The ids (ascending, unique) of the tokens whose raw bytes include one for
+        which ``byte_test`` (a vectorised predicate over uint8) is true."""
+        return _sorted_unique(self.token_of(np.flatnonzero(byte_test(self.bytes) & self.in_text)))
+
+    def token_of(self, positions: np.ndarray) -> np.ndarray:
+        """The token each text byte position belongs to."""
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+    @cached_property
+    def irregular(self) -> np.ndarray:
+        """Tokens whose llama.cpp text is not their raw bytes: cut by a NUL byte, or empty."""
+        return _sorted_unique(np.sort(np.r_[self.ids_containing(lambda a: a == 0), np.flatnonzero(self.lengths == 0)]))
+
+    def texts_of_length(self, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, rows): every token whose llama.cpp text is ``length`` (>= 1) bytes, its
+        text a row of a uint8 matrix, in id order."""
+        whole = self.lengths == length
+        whole[self.irregular] = False
+        ids = np.flatnonzero(whole)
+        rows = self.bytes[self.starts[ids, None] + np.arange(length)] if len(ids) else np.empty((0, length), np.uint8)
+        extra = [(i, t) for i in self.irregular.tolist() if len(t := llama_token_text(self.tokens.raw(i), i)) == length]
+        if extra:
+            all_ids = np.r_[ids, [i for i, _ in extra]]
+            order = np.argsort(all_ids, kind="stable")
+            extra_rows = np.frombuffer(b"".join(t for _, t in extra), dtype=np.uint8).reshape(-1, length)
+            ids, rows = all_ids[order], np.vstack([rows, extra_rows])[order]
+        return ids, rows
+
+    def has_text(self, text: bytes) -> bool:
+        """Whether some token's llama.cpp text is ``text``."""
+        _, rows = self.texts_of_length(len(text))
+        return bool((rows == np.frombuffer(text, dtype=np.uint8)).all(axis=1).any())
+
+
+def _as_int(md: Mapping[str, object], key: str) -> int | None:
+    v = md.get(key)
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _as_bool(g: GGUFFile, key: str) -> bool | None:
-    v = g.metadata.get(key)
+def _as_bool(md: Mapping[str, object], key: str) -> bool | None:
+    v = md.get(key)
     return bool(v) if isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class Specials:
+    """The special tokens llama.cpp's vocabulary ends up with (-1: none), and whether
+    tokenizing with add_special adds a BOS / EOS."""
+
+    ids: dict[str, int]  # role ("bos", "eos", "unk", "sep", "pad") -> id
+    defaults: dict[str, int]  # role -> llama.cpp's default for this tokenizer, before the range check
+    add_bos: bool
+    add_eos: bool
+
+
+def resolve_specials(model: str, pre: object, n_tokens: int, md: Mapping[str, object]) -> Specials:
+    """As llama_vocab::impl::load: the tokenizer's default ids (a BPE pre-tokenizer can
+    drop the BOS), a default outside the vocabulary disabled, a metadata id replacing
+    it when inside the vocabulary (ignored otherwise); add-BOS/EOS from the tokenizer's
+    (and BPE pre-tokenizer's) default, then from the metadata."""
+    defaults = dict(DEFAULT_SPECIAL_IDS.get(model, DEFAULT_SPECIAL_IDS["none"]))
+    add_bos, add_eos = DEFAULT_ADD_BOS_EOS.get(model, (False, False))
+    if model == "gpt2":
+        if pre in BPE_PRE_NO_BOS:
+            defaults["bos"] = -1
+        if pre in BPE_PRE_ADD_BOS:
+            add_bos = True
+    ids = {}
+    for role, default in defaults.items():
+        tid = default if default < n_tokens else -1
+        new = _as_int(md, SPECIAL_ROLE_KEYS[role])
+        ids[role] = new if new is not None and 0 <= new < n_tokens else tid
+    meta_bos, meta_eos = _as_bool(md, K.Tokenizer.ADD_BOS), _as_bool(md, K.Tokenizer.ADD_EOS)
+    return Specials(ids, defaults, add_bos if meta_bos is None else meta_bos, add_eos if meta_eos is None else meta_eos)
 
 
 def vocab_info_from_gguf(g: GGUFFile, cancel: Cancel | None = None) -> VocabInfo:
@@ -128,32 +226,13 @@ def vocab_info_from_gguf(g: GGUFFile, cancel: Cancel | None = None) -> VocabInfo
     vocab_type = VOCAB_TYPES.get(model, 0)
     if vocab_type == 0:
         arch = g.architecture or ""
-        n = _as_int(g, f"{arch}.vocab_size") or 0
+        n = _as_int(g.metadata, f"{arch}.vocab_size") or 0
         return VocabInfo(0, n, -1, -1, False, False, text=lambda i: "")
     tokens = load_array(g, T.LIST, cancel)
     if not isinstance(tokens, (StringArray, list)):
         tokens = []
     n = len(tokens)
-    pre = g.metadata.get(T.PRE)
-    bos, eos = DEFAULT_BOS_EOS.get(model, (-1, -1))
-    add_bos, add_eos = DEFAULT_ADD_BOS_EOS.get(model, (False, False))
-    if model == "gpt2":
-        if pre in BPE_PRE_ADD_BOS:
-            add_bos = True
-        if pre in BPE_PRE_NO_BOS:
-            bos = -1
-    # a default outside the vocabulary is disabled; a metadata id outside it is ignored
-    bos = bos if bos < n else -1
-    eos = eos if eos < n else -1
-    new_bos, new_eos = _as_int(g, T.BOS_ID), _as_int(g, T.EOS_ID)
-    if new_bos is not None and new_bos < n:
-        bos = new_bos
-    if new_eos is not None and new_eos < n:
-        eos = new_eos
-    if _as_bool(g, T.ADD_BOS) is not None:
-        add_bos = bool(_as_bool(g, T.ADD_BOS))
-    if _as_bool(g, T.ADD_EOS) is not None:
-        add_eos = bool(_as_bool(g, T.ADD_EOS))
+    sp = resolve_specials(model, g.metadata.get(T.PRE), n, g.metadata)
 
     if isinstance(tokens, StringArray):
         arr = tokens
@@ -166,7 +245,7 @@ def vocab_info_from_gguf(g: GGUFFile, cancel: Cancel | None = None) -> VocabInfo
         def text(i: int) -> str:
             return llama_token_text(lst[i].encode("utf-8", "surrogatepass"), i).decode("utf-8", "replace")
 
-    return VocabInfo(vocab_type, n, bos, eos, add_bos, add_eos, text=text)
+    return VocabInfo(vocab_type, n, sp.ids["bos"], sp.ids["eos"], sp.add_bos, sp.add_eos, text=text)
 
 
 def vocab_from_gguf(g: GGUFFile) -> dict:
@@ -179,8 +258,8 @@ def vocab_from_gguf(g: GGUFFile) -> dict:
         "type": model if isinstance(model, str) else None,
         "n_tokens": len(token_list),
         "tokens": token_list,
-        "bos": _as_int(g, T.BOS_ID),
-        "eos": _as_int(g, T.EOS_ID),
-        "add_bos": _as_bool(g, T.ADD_BOS),
-        "add_eos": _as_bool(g, T.ADD_EOS),
+        "bos": _as_int(g.metadata, T.BOS_ID),
+        "eos": _as_int(g.metadata, T.EOS_ID),
+        "add_bos": _as_bool(g.metadata, T.ADD_BOS),
+        "add_eos": _as_bool(g.metadata, T.ADD_EOS),
     }

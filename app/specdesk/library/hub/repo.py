@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..gguf.split import SPLIT_RE
 from .errors import DownloadError, _map_error
 from .location import _endpoint_now
 
@@ -29,7 +30,6 @@ _QUANT_RE = re.compile(
     r"(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
-_SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
 def parse_quant(filename: str) -> str | None:
@@ -37,7 +37,7 @@ def parse_quant(filename: str) -> str | None:
     ``"model.Q4_K_M.gguf"`` -> ``"Q4_K_M"``, ``"x-IQ4_XS-00001-of-00002.gguf"`` ->
     ``"IQ4_XS"``; None if the name has none."""
     name = filename.rsplit("/", 1)[-1]
-    m = _SPLIT_RE.match(name)
+    m = SPLIT_RE.match(name)
     stem = m.group("base") if m else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
     found = _QUANT_RE.findall(stem)
     if not found:
@@ -85,12 +85,12 @@ class HubModelFile:
 
     @property
     def is_split(self) -> bool:
-        return _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1]) is not None
+        return SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1]) is not None
 
     @property
     def n_parts(self) -> int:
         """How many parts the model has (from the file names); 1 if it is not split."""
-        m = _SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1])
+        m = SPLIT_RE.match(self.primary.filename.rsplit("/", 1)[-1])
         return int(m.group("count")) if m else 1
 
     @property
@@ -98,7 +98,7 @@ class HubModelFile:
         """All parts are there (always true for a single file)."""
         if not self.is_split:
             return True
-        matches = [_SPLIT_RE.match(f.filename.rsplit("/", 1)[-1]) for f in self.files]
+        matches = [SPLIT_RE.match(f.filename.rsplit("/", 1)[-1]) for f in self.files]
         nos = [int(m.group("no")) if m else 0 for m in matches]
         return nos == list(range(1, self.n_parts + 1))
 
@@ -106,7 +106,7 @@ class HubModelFile:
     def name(self) -> str:
         """A display name: the file name, or for a split model ``base.gguf``."""
         head, _, tail = self.primary.filename.rpartition("/")
-        m = _SPLIT_RE.match(tail)
+        m = SPLIT_RE.match(tail)
         if m is None:
             return self.primary.filename
         return f"{head}/{m.group('base')}.gguf" if head else f"{m.group('base')}.gguf"
@@ -121,7 +121,7 @@ def group_gguf(files: Iterable[HubFile]) -> list[HubModelFile]:
         if not f.filename.lower().endswith(".gguf") or _is_projector(f.filename):
             continue
         head, _, tail = f.filename.rpartition("/")
-        m = _SPLIT_RE.match(tail)
+        m = SPLIT_RE.match(tail)
         if m is None:
             singles.append(HubModelFile(f.quant, (f,)))
         else:

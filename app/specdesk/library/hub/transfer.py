@@ -12,12 +12,20 @@ size of what it received. To resume across calls, ``download`` does the transfer
 part itself with huggingface_hub's own pieces -- ``get_hf_file_metadata`` (the ``HEAD``
 on ``/resolve`` that gives commit, etag, size and CDN location) and ``http_get`` (the
 streaming ``GET``, which sends ``Range`` to resume and retries dropped connections) --
-into ``<cache>/models--org--repo/blobs/<sha256>.incomplete``, under the same lock file
+into ``<cache>/models--org--repo/blobs/<etag>.incomplete``, under the same lock file
 ``hf_hub_download`` uses. The partial file survives a failure or a cancel; the next
 call continues it with a ``Range`` request. When the part is complete and its sha256
-matches the etag it becomes ``blobs/<sha256>``, and ``hf_hub_download`` (which finds
-the blob and downloads nothing) writes the ``refs`` and the snapshot link, so the cache
-layout stays huggingface_hub's. No HTTP is done here by hand.
+matches the one the repo's listing gives (or, without one, the etag when that is a
+sha256, as on the Hub; a mirror's etag may be any token) it becomes ``blobs/<etag>``,
+and ``hf_hub_download`` (which finds the blob and downloads nothing) writes the
+``refs`` and the snapshot link, so the cache layout stays huggingface_hub's. No HTTP
+is done here by hand.
+
+A part's size is the listing's (or the ``HEAD``'s when the listing has none; the two
+must agree). The partial file is never written past it: a server that sends more is
+stopped at the first byte too many and the partial file deleted, so a hostile or
+broken mirror cannot fill the disk. A split model's parts are validated as one model
+(``validate_gguf`` of the first part reads them all), as llama.cpp will load it.
 
 Progress and cancellation go through the ``tqdm_class`` hook of ``http_get``: its
 ``update`` reports the bytes and raises ``Cancelled`` when ``cancel()`` is true. The
@@ -40,7 +48,7 @@ from urllib.parse import urlsplit
 
 from ...errors import Cancelled, ModelFileError, SpecDeskError
 from ...fmt import format_download_size
-from ..gguf import read_gguf, validate_gguf
+from ..gguf import validate_gguf
 from .errors import DownloadError, _map_error, _network_error_types, _offline_error_types, _one_line
 from .location import _cache_path, _endpoint_now
 from .repo import HubFile, HubModelFile
@@ -59,6 +67,7 @@ class _Part:
     etag: str
     commit: str
     size: int | None
+    sha256: str | None  # what the content must hash to: the listing's, else a sha256 etag
     headers: dict[str, str]
     pointer: Path  # snapshots/<commit>/<filename>
     blob: Path
@@ -70,6 +79,26 @@ def _open_partial(path: Path):
     """The partial file, opened for appending (its position is its size). A seam for
     tests that inject write errors (disk full)."""
     return open(path, "ab")
+
+
+class _TooLarge(Exception):  # noqa: N818 - a signal from the writer, turned into a DownloadError
+    """The server sent more bytes than the part's known size."""
+
+
+class _Bounded:
+    """The partial file, refusing any write that would take it past ``limit`` bytes
+    (``http_get`` writes whatever the server sends and checks the size only at the end)."""
+
+    def __init__(self, f, limit: int) -> None:
+        self._f, self._limit = f, limit
+
+    def write(self, data) -> int:
+        if self._f.tell() + len(data) > self._limit:
+            raise _TooLarge
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -152,6 +181,10 @@ def _resolve_part(repo_id: str, f: HubFile, revision: str, token: str | None, ep
     # of them must stay in its folder of the cache.
     etag = _safe_name(meta.etag, "etag", f.filename, ep)
     commit = _safe_name(meta.commit_hash, "commit", f.filename, ep)
+    if f.size is not None and meta.size is not None and f.size != meta.size:
+        raise DownloadError(f"{ep} lists {f.filename} as {f.size:,} bytes but its download has {meta.size:,}; "
+                            "refusing it (check HF_ENDPOINT)")
+    listed = f.sha256.lower() if f.sha256 and _SHA256_RE.match(f.sha256.lower()) else None
     parts = f.filename.split("/")
     if any(p in ("", ".", "..") or "\\" in p for p in parts):
         raise DownloadError(f"{ep} listed an unsafe file name {_shown(f.filename)}; refusing to write it to the cache")
@@ -163,7 +196,8 @@ def _resolve_part(repo_id: str, f: HubFile, revision: str, token: str | None, ep
         url=location,
         etag=etag,
         commit=commit,
-        size=meta.size if meta.size is not None else f.size,
+        size=f.size if f.size is not None else meta.size,
+        sha256=listed or (etag if _SHA256_RE.match(etag) else None),
         headers=headers,
         pointer=snapshot / Path(*parts),
         blob=blobs / etag,
@@ -238,11 +272,16 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
             resume = 0
         try:
             with _open_partial(part.partial) as f:
-                http_get(part.url, f, resume_size=resume, headers=dict(part.headers), expected_size=part.size,
+                out = f if part.size is None else _Bounded(f, part.size)
+                http_get(part.url, out, resume_size=resume, headers=dict(part.headers), expected_size=part.size,
                          displayed_filename=name.rsplit("/", 1)[-1],
                          tqdm_class=_progress_class(report, cancel))  # type: ignore[arg-type]
         except (Cancelled, KeyboardInterrupt):
             raise
+        except _TooLarge:
+            part.partial.unlink(missing_ok=True)
+            raise DownloadError(f"{name}: the server sent more than the {format_download_size(part.size)} the Hub "
+                                "lists; stopped there and deleted the partial download") from None
         except HfHubHTTPError as e:
             status = e.response.status_code if e.response is not None else None
             if status == 416:  # the partial file does not fit the file on the server any more
@@ -268,12 +307,12 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
             raise DownloadError(f"download of {name} was interrupted after {format_download_size(got)} of "
                                 f"{format_download_size(part.size)} ({_one_line(e, 120)}); "
                                 "run it again to resume") from e
-        if _SHA256_RE.match(part.etag):
+        if part.sha256 is not None:
             digest = _sha256(part.partial, cancel)
-            if digest != part.etag:
+            if digest != part.sha256:
                 part.partial.unlink(missing_ok=True)
                 raise DownloadError(f"{name}: checksum mismatch, the download has sha256 {digest[:16]}... but the "
-                                    f"Hub lists {part.etag[:16]}...; the corrupt file was deleted, try again")
+                                    f"Hub lists {part.sha256[:16]}...; the corrupt file was deleted, try again")
         os.replace(part.partial, part.blob)
 
 
@@ -295,19 +334,22 @@ def _place(repo_id: str, part: _Part, revision: str, token: str | None, ep: str,
 
 
 def _validate(paths: list[Path], model_file: HubModelFile) -> None:
-    """validate_gguf for a single file; for a split model, the structure of every part
-    and consistent split metadata (llama.cpp opens part 1 and finds the others)."""
-    if not model_file.is_split:
-        validate_gguf(paths[0])
-        return
-    n = len(paths)
-    for i, p in enumerate(paths, 1):
-        g = read_gguf(p, lazy_arrays=True)
-        count, no = g.get("split.count"), g.get("split.no")
-        if count is not None and count != n:
-            raise ModelFileError(f"{p.name}: split.count is {count}, but the model has {n} parts")
-        if no is not None and no != i - 1:
-            raise ModelFileError(f"{p.name}: split.no is {no}, but this is part {i} of {n}")
+    """The model as llama.cpp will load it: ``validate_gguf`` of the first part, which
+    for a split model reads every part beside it and checks the set."""
+    g = validate_gguf(paths[0])
+    if model_file.is_split and len(paths) > 1 and (g.get("split.count") or 0) != len(paths):
+        raise ModelFileError(f"{paths[0].name}: the repo has {len(paths)} parts of this model but the file says "
+                             f"it is split into {g.get('split.count') or 1}")
+
+
+def _check_space(parts: list[_Part], storage: Path, cache: Path, name: str) -> None:
+    """Refuse to start when the parts still to download do not fit on the disk."""
+    todo = [p for p in parts if not p.pointer.exists()]
+    needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
+    free = _free_bytes(storage)
+    if free is not None and needed > free:
+        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs "
+                            f"{format_download_size(needed)} more, {format_download_size(free)} free")
 
 
 def _discard(paths: Iterable[Path]) -> None:
@@ -375,12 +417,7 @@ def download(
 
     sizes = [p.size or 0 for p in parts]
     total = sum(sizes)
-    todo = [p for p in parts if not p.pointer.exists()]
-    needed = sum((p.size or 0) - _file_size(p.partial) for p in todo if not p.blob.exists())
-    free = _free_bytes(storage)
-    if free is not None and needed > free:
-        raise DownloadError(f"not enough disk space to download {name} to {cache}: needs "
-                            f"{format_download_size(needed)} more, {format_download_size(free)} free")
+    _check_space(parts, storage, cache, name)
 
     done_before = 0
     last = [-1]

@@ -11,6 +11,12 @@ Credentials in an index URL (``https://user:pass@host/simple``), else the index 
 entry in ``~/.netrc`` (or ``$NETRC``, as requests reads it for pip), are sent to that
 host only, never across a redirect, and never shown. Only the standard library is used.
 
+Only http and https are fetched: the opener has no file, ftp or data handler, a URL of
+another scheme is refused before anything is opened, and so is a redirect to one (a
+remote index must not make the fetcher read local files or reach other protocols; a
+local index or find-links folder the user configured is read by :mod:`.pages` and
+:mod:`.transfer` directly, without the network).
+
 :class:`_Net` also words what went wrong reaching a host (``via``, ``why``, ``refused``).
 """
 
@@ -38,6 +44,7 @@ _RETRY_STATUS = {500, 502, 503, 504, 520, 527}
 _SYSTEM_CA_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                     "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem", "/usr/local/etc/openssl/cert.pem")
 _NETRC_FILES = (".netrc", "_netrc")  # what requests looks for in the home folder
+SCHEMES = ("http", "https")  # the only URL schemes fetched over the network
 
 
 def _ca_bundle(settings: PipSettings) -> tuple[str, str] | None:
@@ -116,6 +123,10 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         self._net = net
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in SCHEMES:  # urllib itself would follow a redirect to ftp:
+            raise FetchError(f"{redact(req.full_url)} redirected to a URL that is not http or https "
+                             f"({redact(newurl)[:100]}), refused")
         self._net.last_url = newurl
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
@@ -202,19 +213,32 @@ class _Net:
             self._contexts[trusted] = _unverified_context(self.settings) if trusted else _ssl_context(self.settings)
         return self._contexts[trusted]
 
+    def _build_opener(self) -> urllib.request.OpenerDirector:
+        """urllib's opener with http and https only: no file, ftp or data handler (what
+        ``build_opener`` adds), so nothing can make it read a local file."""
+        if self.settings.proxy:
+            p = self.settings.proxy[0]
+            proxies = urllib.request.ProxyHandler({"http": p, "https": p})
+        else:  # urllib's ProxyHandler reads *_proxy / no_proxy
+            proxies = urllib.request.ProxyHandler()
+        opener = urllib.request.OpenerDirector()
+        for handler in (proxies, urllib.request.UnknownHandler(), urllib.request.HTTPHandler(), _HTTPSHandler(self),
+                        urllib.request.HTTPDefaultErrorHandler(), _Redirects(self), urllib.request.HTTPErrorProcessor()):
+            opener.add_handler(handler)
+        return opener
+
     def open(self, url: str, accept: str | None = None):
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        if scheme not in SCHEMES:
+            raise FetchError(f"refusing to fetch {redact(url)[:100]}: only http and https URLs are fetched")
         if self._opener is None:
-            handlers: list[urllib.request.BaseHandler] = [_HTTPSHandler(self), _Redirects(self)]
-            if self.settings.proxy:  # else urllib's ProxyHandler reads *_proxy / no_proxy
-                p = self.settings.proxy[0]
-                handlers.append(urllib.request.ProxyHandler({"http": p, "https": p}))
-            self._opener = urllib.request.build_opener(*handlers)
+            self._opener = self._build_opener()
         headers = {"User-Agent": f"specdesk/{__version__}", "Accept-Encoding": "identity"}
         if accept:
             headers["Accept"] = accept
         req = urllib.request.Request(url, headers=headers)
         self.last_url = url
-        auth = self.auth.get(_host_key(url)) if urllib.parse.urlsplit(url).scheme in ("http", "https") else None
+        auth = self.auth.get(_host_key(url))
         if auth:
             req.add_unredirected_header("Authorization", auth)
         return self._opener.open(req, timeout=self.timeout)

@@ -62,6 +62,9 @@ def _is_pure_py3(filename: str) -> bool:
 class _Page:
     files: list[dict] = field(default_factory=list)  # {"filename", "url", "hashes", "size"}
     versions: list[str] | None = None
+    #: read from this computer (a file: index, a find-links file or folder the user
+    #: configured): only such a page may link local (file:) archives, as pip trusts them
+    local: bool = False
 
 
 class _Miss(Exception):
@@ -136,12 +139,14 @@ def _local_page(path: Path) -> _Page:
         raise _Miss(f"has no {path.name} ({path} does not exist)") from None
     except OSError as e:
         raise _Miss(f"cannot be read: {e.strerror or e}") from None
-    return _parse_html(text, path.as_uri())
+    page = _parse_html(text, path.as_uri())
+    page.local = True
+    return page
 
 
 def _folder(path: Path, listing: list[Path]) -> _Page:
     """The files of a find-links folder, as a page (pip's _FlatDirectorySource)."""
-    page = _Page()
+    page = _Page(local=True)
     for f in listing:
         if f.name.startswith(".") or f.name.endswith(_HTML_SUFFIXES):
             continue

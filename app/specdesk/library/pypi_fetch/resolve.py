@@ -15,6 +15,11 @@ For each exact ``name==version``, :func:`find_wheel`:
    an index or page on plain http unless its host is local or a ``trusted-host``;
 3. picks the ``py3-none-any`` wheel of exactly that version, with the hash the index or
    page gives (URL fragment or ``hashes``) and its size, for :mod:`.transfer` to download.
+   A wheel's own URL must be one the index's host policy allows: https, or http on a
+   local or trusted host (any host under ``$SPECDESK_PYPI_URL``, as for its pages); a
+   ``file:`` URL only on a page read from this computer (a local index or find-links
+   file or folder the user configured); no other scheme (ftp:, data:, ...). A remote
+   page that lists anything else is answered as one that does not have the wheel.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import FetchError
-from ..pip_settings import ENV_OVERRIDE, Index, PipSettings, pip_settings
-from .net import _TIMEOUT, _Net, _Tried
+from ..pip_settings import ENV_OVERRIDE, Index, PipSettings, pip_settings, redact
+from .net import _TIMEOUT, SCHEMES, _Net, _Tried
 from .pages import (
     _FRAGMENT_HASH,
     _HTML_SUFFIXES,
@@ -67,6 +72,7 @@ class WheelInfo:
     hash_value: str | None
     size: int | None
     index: Index
+    local: bool = False  # a file: URL on a page the user configured: copied without the network
 
     @property
     def sha256(self) -> str | None:
@@ -127,7 +133,7 @@ def _one_file(net: _Net, location: str) -> _Page:
     name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     m = _FRAGMENT_HASH.match(frag)
     return _Page(files=[{"filename": name, "url": url, "hashes": {m.group(1): m.group(2).lower()} if m else {},
-                         "size": None}])
+                         "size": None}], local=urllib.parse.urlsplit(url).scheme == "file")
 
 
 def _ignored(why: str) -> Callable[[], _Page]:
@@ -185,7 +191,21 @@ def _sources(settings: PipSettings, net: _Net, project: str) -> Iterator[tuple[I
             yield index, functools.partial(_index_page, net, index, project)
 
 
-def _pick(page: _Page, name: str, version: str, index: Index) -> WheelInfo:
+def _refused_link(url: str, page: _Page, index: Index, settings: PipSettings) -> str | None:
+    """Why the wheel at ``url`` listed by ``page`` must not be fetched, or None."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "file":
+        return None if page.local else "at a file: URL, which only a local index or find-links folder may list"
+    if scheme not in SCHEMES:
+        return f"at a URL that is not http or https ({scheme or 'no scheme'}:)"
+    if index.setting != ENV_OVERRIDE and not settings.secure_origin(url):
+        host = urllib.parse.urlsplit(url).hostname or url
+        return (f"at {redact(url)[:100]}, not a trusted or secure host: use https, or add {host} to "
+                + (settings.trusted_setting or "PIP_TRUSTED_HOST or trusted-host in pip.conf"))
+    return None
+
+
+def _pick(page: _Page, name: str, version: str, index: Index, settings: PipSettings) -> WheelInfo:
     want = normalize_name(name)
     versions: list[str] = []
     for f in page.files:
@@ -204,8 +224,12 @@ def _pick(page: _Page, name: str, version: str, index: Index) -> WheelInfo:
         fn = f["filename"]
         if "/" in fn or "\\" in fn or fn.startswith(".") or "\0" in fn:
             raise _Miss(f"lists a wheel with the file name {fn!r}, refused")
+        refused = _refused_link(f["url"], page, index, settings)
+        if refused:
+            raise _Miss(f"lists {fn} {refused}, refused")
         hash_name = next((h for h in _HASHES if f["hashes"].get(h)), None)
-        return WheelInfo(fn, f["url"], hash_name, f["hashes"].get(hash_name) if hash_name else None, f["size"], index)
+        return WheelInfo(fn, f["url"], hash_name, f["hashes"].get(hash_name) if hash_name else None, f["size"], index,
+                         local=urllib.parse.urlsplit(f["url"]).scheme.lower() == "file")
     listed = page.versions if page.versions is not None else versions
     if any(_same_version(v, version) for v in listed):
         raise _Miss(f"has {name} {version} but no py3-none-any wheel of it")
@@ -229,7 +253,7 @@ def find_wheel(requirement: str, settings: PipSettings | None = None, net: _Net 
     answers = []
     for source, page in _sources(settings, net, normalize_name(name)):
         try:
-            return _pick(page(), name, version, source)
+            return _pick(page(), name, version, source, settings)
         except _Miss as miss:
             answers.append(f"{source.shown} ({source.setting}) {miss}")
     if not settings.find_links:

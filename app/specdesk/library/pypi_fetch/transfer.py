@@ -1,9 +1,11 @@
 """Downloading the picked wheels, verified, with progress and cancel.
 
-Each wheel is downloaded (following redirects to the file host; a local wheel is copied,
-without the network) into a unique temporary file beside its final name while hashing
-it; the hash the index or page gives and the size are checked, and only then is it
-moved into place with :func:`os.replace`.
+Each wheel is downloaded (following redirects to the file host; a local wheel, listed
+by a local index or find-links folder the user configured, is copied without the
+network) into a unique temporary file beside its final name while hashing it; the hash
+the index or page gives and the size are checked, and only then is it moved into place
+with :func:`os.replace`. A wheel whose size is listed is never written past that size:
+a host that sends more is stopped at the first byte too many.
 
 An interrupted or corrupt download never leaves a wheel in ``dest``; two processes
 downloading the same wheel never share a temporary file; a wheel already there with the
@@ -17,6 +19,7 @@ import http.client
 import time
 import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,16 +41,28 @@ def _file_digest(path: Path, hash_name: str) -> str:
         return hashlib.file_digest(f, hash_name).hexdigest()
 
 
+def _source(net: _Net, info: WheelInfo):
+    """The wheel's bytes: a local file (only one a local page listed) or the network."""
+    if info.local:
+        return open(urllib.request.url2pathname(urllib.parse.urlsplit(info.url).path), "rb")  # noqa: SIM115
+    return net.open(info.url)
+
+
 def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], None]) -> Path:
     final = dest / info.filename
     h = hashlib.new(info.hash_name) if info.hash_name else None
     written = 0
+    where = f"{info.index.shown} ({info.index.setting})"
     # a public wheel, readable as pip saves it; checked before it takes its name
-    with atomic_file(final, 0o644, suffix=".partial") as out, net.open(info.url) as r:
+    with atomic_file(final, 0o644, suffix=".partial") as out, _source(net, info) as r:
         while True:
-            b = r.read(_CHUNK)
+            # with a listed size, one byte past it is all that is ever read: never written
+            b = r.read(_CHUNK if info.size is None else min(_CHUNK, info.size - written + 1))
             if not b:
                 break
+            if info.size is not None and written + len(b) > info.size:
+                raise FetchError(f"{info.filename}: the download is larger than the {info.size:,} bytes "
+                                 f"{where} lists; stopped there")
             out.write(b)
             if h:
                 h.update(b)
@@ -56,7 +71,6 @@ def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], 
         left = getattr(r, "length", None)
         if left:  # http.client's read(n) returns b"" on a body cut short
             raise ConnectionError(f"connection closed {left:,} bytes before the end")
-        where = f"{info.index.shown} ({info.index.setting})"
         if info.size is not None and written != info.size:
             raise FetchError(f"{info.filename}: got {written:,} bytes, {where} lists {info.size:,}")
         if h is not None and h.hexdigest() != info.hash_value:

@@ -1,0 +1,157 @@
+"""The app's Serve switch with the real window and SmolLM2: the loaded pair at an
+OpenAI-compatible endpoint, driven by the real ``openai`` client; the request list,
+the live statistics in the side panel, and a chat answer that waits in the same
+queue while a request runs."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+
+from specdesk.ui.main_window import MainWindow
+from specdesk.ui.settings import ChatSettings
+
+LOAD_TIMEOUT = 120_000
+GEN_TIMEOUT = 300_000
+KEY = "ui-key"
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    yield w
+    w.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(qtbot, w, target, draft):
+    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
+        w.load_models(Path(target), Path(draft) if draft else None)
+    assert blocker.args[0] is not None, w.error_banner.text()
+
+
+def serve(qtbot, w) -> openai.OpenAI:
+    w.serve_tab.port.setValue(free_port())
+    w.serve_tab.key.setText(KEY)
+    w.tabs.setCurrentWidget(w.serve_tab)
+    w.serve_tab.switch.click()
+    qtbot.waitUntil(lambda: w.serve.url is not None or w.error_banner.isVisible(), timeout=60_000)
+    assert w.serve.url, w.error_banner.text()
+    return openai.OpenAI(base_url=w.serve.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+
+class Holder(threading.Thread):
+    """A client streaming a long answer until it is told to hang up."""
+
+    def __init__(self, client: openai.OpenAI) -> None:
+        super().__init__()
+        self.client = client
+        self.pieces: list[str] = []
+        self.hang_up = threading.Event()
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            stream = self.client.completions.create(model=self.model(), prompt=COUNTING, max_tokens=800, stream=True)
+            for chunk in stream:
+                self.pieces.append(chunk.choices[0].text)
+                if self.hang_up.is_set():
+                    stream.close()  # the client goes away mid-stream
+                    return
+        except Exception as e:  # noqa: BLE001 - checked by the test
+            self.error = e
+
+    def model(self) -> str:
+        return self.client.models.list().data[0].id
+
+
+def test_serve_lists_requests_shows_their_statistics_and_queues_the_chat(qtbot, window, smol_path, smol_draft_path):
+    w = window
+    # one thread: on a machine shared with other work, llama.cpp's threads would wait on each other
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=16, n_ctx=1024, threads=1))
+    load(qtbot, w, smol_path, smol_draft_path)
+    client = serve(qtbot, w)
+    assert w.serve.toggle.isChecked() and w.serve.url in w.serve_tab.endpoint.text()
+    assert not w.compare.run_btn.isEnabled()  # the pair is the server's while it serves
+    assert w.stats_scroll.isVisible()  # the side panel shows on the Serve tab
+
+    holder = Holder(client)
+    holder.start()
+    try:
+        qtbot.waitUntil(lambda: len(holder.pieces) > 3 or holder.error is not None, timeout=GEN_TIMEOUT)
+        assert holder.error is None, holder.error
+        # the running request's statistics, live in the side panel, with which request they are
+        assert w.serve.source.isVisible() and "request #" in w.serve.source.text() and "127.0.0.1" in w.serve.source.text()
+        qtbot.waitUntil(lambda: w.stats.m_gen.value.text() not in ("–", "0", ""), timeout=GEN_TIMEOUT)
+        shown = int(w.stats.m_gen.value.text())
+        qtbot.waitUntil(lambda: int(w.stats.m_gen.value.text()) > shown, timeout=GEN_TIMEOUT)
+        assert w.serve_tab.table.item(0, 3).text() == "running"
+
+        # a chat answer now waits in the same line, and says so
+        w.tabs.setCurrentIndex(0)
+        with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT) as done:
+            assert w.send("Say hello.")
+            qtbot.waitUntil(lambda: "queued" in w.run_info.text(), timeout=30_000)
+            assert w.run_info.text() == "queued behind 1 request" and "queued" in w.status_label.text()
+            assert not w.chat_view.live_text  # nothing generated for it yet
+            holder.hang_up.set()
+        gen = done.args[0]
+        assert gen.text.strip() and "queued" not in w.run_info.text()
+        assert not w.serve.source.isVisible()  # the panel is the chat's again
+    finally:
+        holder.hang_up.set()
+        holder.join(GEN_TIMEOUT / 1000)
+    tickets = w.serve.queue.recent()
+    request = next(t for t in tickets if t.kind == "completion")
+    chat = next(t for t in tickets if t.kind == "app")
+    assert request.state == "cancelled" and request.cancel_reason == "client gone" and request.steps_after_cancel <= 1
+    assert chat.state == "done" and chat.queue_seconds > 0 and chat.started_at >= request.finished_at
+
+    # a finished request: its row gives the client, tokens, speed and acceptance
+    r = client.chat.completions.create(model=holder.model(), messages=[{"role": "user", "content": "Name a colour."}],
+                                       max_tokens=12, temperature=0)
+    spec = r.model_extra["speculation"]
+    def rows() -> list[list[str]]:
+        t = w.serve_tab.table
+        return [[t.item(r, c).text() for c in range(t.columnCount())] for r in range(t.rowCount())]
+
+    qtbot.waitUntil(lambda: rows()[0][2] == "chat" and rows()[0][3] == "done", timeout=30_000)
+    row = rows()[0]
+    assert row[1].startswith("127.0.0.1 · OpenAI/Python")
+    assert [r[2:4] for r in rows()[1:3]] == [["this app", "done"], ["completion", "stopped (client gone)"]]
+    assert row[5] == str(r.usage.completion_tokens) and float(row[6]) > 0
+    assert row[7] == (f"{100 * spec['acceptance_rate']:.1f}%" if spec["acceptance_rate"] is not None else "-")
+    assert w.serve_tab.summary.text().startswith("3 served")
+
+    # off: the endpoint is gone, the chat still answers
+    w.serve.toggle.trigger()
+    qtbot.waitUntil(lambda: not w.serve.serving and w.serve._stopping is None, timeout=30_000)
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+    assert w.compare.run_btn.isEnabled()
+
+
+def test_serve_needs_a_pair_and_a_free_port(qtbot, window, smol_path):
+    w = window
+    w.serve_tab.switch.click()
+    assert "Load a pair first" in w.error_banner.text() and not w.serve.serving and not w.serve_tab.switch.isChecked()
+    w.apply_settings(ChatSettings(n_ctx=512, threads=1))
+    load(qtbot, w, smol_path, None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        w.serve_tab.port.setValue(taken.getsockname()[1])
+        w.serve_tab.switch.click()
+        qtbot.waitUntil(lambda: not w.serve.serving, timeout=60_000)
+    assert "is in use" in w.error_banner.text() and not w.serve.toggle.isChecked()
