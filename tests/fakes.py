@@ -127,6 +127,7 @@ class FakeBackend:
         self.eog = eog
         self.history: list[int] = []
         self.native_seconds = 0.0
+        self.logits_bytes_copied = 0  # bytes of rows returned as copies (calls without fn)
         self.last_prefill_evaluated = 0
         self.evaluated = 0  # every token ever evaluated
         self.batches: list[int] = []  # size of every eval call
@@ -149,7 +150,8 @@ class FakeBackend:
     def n_past(self) -> int:
         return len(self.history)
 
-    def eval(self, tokens: Sequence[int], all_rows: bool = True) -> np.ndarray:
+    def eval(self, tokens: Sequence[int], all_rows: bool = True, fn=None):
+        """The rows (all, or the last) as a copy, or ``fn`` of a read-only view of them."""
         if not tokens:
             raise ValueError("empty batch")
         if len(self.history) + len(tokens) > self._n_ctx:
@@ -170,9 +172,14 @@ class FakeBackend:
             self.clock.advance(seconds)
             self.native_seconds += seconds
         out = np.stack(rows)
-        return out if all_rows else out[-1:]
+        out = out if all_rows else out[-1:]
+        if fn is not None:
+            out.flags.writeable = False  # as llama.cpp's buffer: read where it lies
+            return fn(out)
+        self.logits_bytes_copied += out.nbytes
+        return out
 
-    def prefill(self, tokens: Sequence[int], logits: bool = True, cancel=None):
+    def prefill(self, tokens: Sequence[int], logits: bool = True, cancel=None, fn=None):
         if cancel is not None and cancel():
             raise Cancelled("stopped while reading the prompt")
         tokens = list(tokens)
@@ -184,8 +191,10 @@ class FakeBackend:
         self.last_prefill_evaluated = len(rest)
         if not rest:
             return None
-        rows = self.eval(rest, all_rows=False)
-        return rows[-1] if logits else None
+        if not logits:
+            self.eval(rest, all_rows=False, fn=lambda rows: None)  # no row wanted: none copied
+            return None
+        return self.eval(rest, all_rows=False, fn=fn) if fn is not None else self.eval(rest, all_rows=False)[-1]
 
     def rollback(self, n_past: int) -> None:
         if n_past < 0 or n_past > len(self.history):

@@ -34,7 +34,7 @@ from specdesk.speculative import decoder as decoder_module
 from specdesk.speculative.controller import FixedK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import Draft, DraftModelProposer
-from specdesk.speculative.sampling import SamplingParams, sample, warp
+from specdesk.speculative.sampling import SamplingParams, Warped, sample, warp
 from specdesk.speculative.verify import Verdict
 
 PROMPT = "My favourite colour is"
@@ -129,8 +129,8 @@ class ReplayedDraft:
 
     def __init__(self, q: np.ndarray, filler: int) -> None:
         self.q = q
-        self.one_hot = np.zeros_like(q)
-        self.one_hot[filler] = 1.0
+        self.q_support = Warped.from_dense(q)
+        self.one_hot = Warped(np.array([filler]), np.ones(1))
         self.filler = filler
 
     def prepare(self, prompt, budget) -> int:
@@ -140,7 +140,7 @@ class ReplayedDraft:
         k = budget("draft", 0)
         first = sample(self.q, rng)
         tokens = (first,) + (self.filler,) * (k - 1)
-        return Draft(tokens=tokens, q=np.stack([self.q] + [self.one_hot] * (k - 1)), source="draft",
+        return Draft(tokens=tokens, q=(self.q_support,) + (self.one_hot,) * (k - 1), source="draft",
                      confidence=(float(self.q[first]),) + (1.0,) * (k - 1))
 
 
@@ -160,19 +160,21 @@ class MemoTarget:
     def n_past(self) -> int:
         return len(self.history)
 
-    def prefill(self, tokens, logits=True, cancel=None):
+    def prefill(self, tokens, logits=True, cancel=None, fn=None):
         assert not logits
         self.ctx.prefill(list(tokens), logits=False, cancel=cancel)
         self.history = list(tokens)
         self.last_prefill_evaluated = self.ctx.last_prefill_evaluated
 
-    def eval(self, tokens, all_rows=True):
+    def eval(self, tokens, all_rows=True, fn=None):
         key = (tuple(self.history), tuple(tokens), all_rows)
         if key not in self.memo:
             self.ctx.prefill(self.history, logits=False)  # the real context holds exactly this history
             self.memo[key] = self.ctx.eval(list(tokens), all_rows)
+            self.memo[key].flags.writeable = False  # as the context's own view
         self.history.extend(int(t) for t in tokens)
-        return self.memo[key]
+        rows = self.memo[key]
+        return fn(rows) if fn is not None else rows
 
     def rollback(self, n_past: int) -> None:
         del self.history[n_past:]
@@ -200,17 +202,17 @@ def draft_q(session, prompt: list[int]) -> np.ndarray:
     proposer.prepare(prompt, lambda source, hint: 1)
     d = proposer.propose(prompt, lambda source, hint: 1, DRAFT, np.random.default_rng(0))
     session.reset()
-    return d.q[0]
+    return d.q[0].dense(session.target.model.n_vocab)
 
 
 def resample_from_p(draft, p_rows, q_rows, rng) -> Verdict:
     """A biased verifier: accepts with min(1, p/q) but draws a rejection's replacement
     from p instead of normalize(max(0, p - q))."""
     for i, x in enumerate(draft):
-        p_x, q_x = float(p_rows[i, x]), float(q_rows[i, x])
+        p_x, q_x = p_rows[i].prob(x), q_rows[i].prob(x)
         if not (p_x >= q_x or rng.random() < p_x / q_x):
-            return Verdict(i, sample(p_rows[i], rng), "correction")
-    return Verdict(len(draft), sample(p_rows[len(draft)], rng), "bonus")
+            return Verdict(i, p_rows[i].sample(rng), "correction")
+    return Verdict(len(draft), p_rows[len(draft)].sample(rng), "bonus")
 
 
 # -- the test ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from test_sampler_real import BIASED_SAMPLES, SAMPLES, SEED, TARGET, MemoTarget,
 from specdesk.session import GenerationConfig
 from specdesk.speculative import decoder as decoder_module
 from specdesk.speculative.proposers import Draft
-from specdesk.speculative.sampling import sample, warp
+from specdesk.speculative.sampling import Warped, warp
 from specdesk.speculative.verify import Verdict
 
 pytestmark = pytest.mark.slow
@@ -80,8 +80,7 @@ def translated_first_draft(session, prompt: list[int], k: int) -> Draft:
 def resample_one_hot_from_p(draft, p_rows, q_rows, rng) -> Verdict:
     """test_sampler_real's biased verifier, handed the one-hot q of a deterministic draft."""
     assert q_rows is None  # only translated drafts here
-    q = np.zeros((len(draft), p_rows.shape[1]), dtype=p_rows.dtype)
-    q[np.arange(len(draft)), list(draft)] = 1.0
+    q = [Warped(np.array([x]), np.ones(1)) for x in draft]
     return resample_from_p(draft, p_rows, q, rng)
 
 
@@ -89,7 +88,7 @@ def keep_deterministic_drafts(draft, p_rows, q_rows, rng) -> Verdict:
     """A biased verifier: a draft without q (a lookup, a greedy or translated draft) is
     kept whole, as if it could not be wrong, and the bonus token drawn from p."""
     assert q_rows is None  # only translated drafts here
-    return Verdict(len(draft), sample(p_rows[len(draft)], rng), "bonus")
+    return Verdict(len(draft), p_rows[len(draft)].sample(rng), "bonus")
 
 
 def test_sampling_with_a_translated_draft_follows_the_batched_target_distribution(translated_small, monkeypatch):

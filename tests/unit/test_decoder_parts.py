@@ -9,7 +9,7 @@ from fakes import FakeBackend
 from specdesk.speculative.controller import FixedK, StepCost
 from specdesk.speculative.decoder import emitted_tokens, speculate, verify_rows
 from specdesk.speculative.proposers.base import Draft
-from specdesk.speculative.sampling import SamplingParams
+from specdesk.speculative.sampling import SamplingParams, Warped
 from specdesk.speculative.verify import Verdict
 
 GREEDY = SamplingParams()
@@ -38,11 +38,12 @@ def test_verify_rows_greedy_accepts_the_argmax_prefix():
 def test_verify_rows_sampling_uses_the_drafts_q():
     # the draft put all its mass on token 1, the target on token 2: never accepted
     rows = onehot_rows([2, 2])
-    q = np.zeros((1, 10))
-    q[0, 1] = 1.0
+    q = np.zeros(10)
+    q[1] = 1.0
     hot = SamplingParams(temperature=1.0)
     for seed in range(20):
-        v = verify_rows([1], Draft(tokens=(1,), q=q, source="draft"), rows * 10, hot, np.random.default_rng(seed))
+        v = verify_rows([1], Draft(tokens=(1,), q=(Warped.from_dense(q),), source="draft"), rows * 10, hot,
+                        np.random.default_rng(seed))
         assert v.n_accepted == 0 and v.next_token == 2
 
 
@@ -182,3 +183,20 @@ def test_a_cancelled_answer_keeps_the_partial_character():
     assert "".join(s.text for s in steps) == "\ufffd"
 
 
+
+
+def test_each_step_keeps_the_statistics_as_they_were_at_that_step():
+    """Step.stats is a snapshot: later steps change neither its counters, nor its lists
+    per position, nor its decisions (the app keeps every step of an answer)."""
+    prompt = [1, 2]
+    target = FakeBackend(Scripted(len(prompt), [3, 4, 5, 6, 7, 8, 9, 3, 4]))
+    steps = list(speculate(target, FixedDraft([3, 4, 9]), FixedK(3), prompt, params=GREEDY, max_tokens=8,
+                           rng=np.random.default_rng(0)))
+    first = steps[0].stats
+    assert (first.steps, first.drafted, first.accepted, first.generated) == (1, 3, 2, 3)
+    assert first.drafted_per_position == [1, 1, 1] and first.accepted_per_position == [1, 1, 0]
+    assert first.decisions == {"ngram: fixed": 1}
+    last = steps[-1].stats
+    assert last.steps == len(steps) and last.generated == 8
+    assert last.decisions == {"ngram: fixed": 1, "no candidate": len(steps) - 2, "last token": 1}
+    assert first is not last and first.decisions is not last.decisions

@@ -35,13 +35,14 @@ class DriftingBackend(FakeBackend):
         self.eps = eps
         self.pattern = np.random.default_rng(seed).normal(0.0, 1.0, size=(4096, model.n_vocab)).astype(np.float32)
 
-    def eval(self, tokens, all_rows=True):
+    def eval(self, tokens, all_rows=True, fn=None):
         p0 = self.n_past
         rows = super().eval(tokens, all_rows=True).copy()
         b = len(tokens)
         if b > 1:
             rows += self.eps * (b - 1) * self.pattern[p0 : p0 + b]
-        return rows if all_rows else rows[-1:]
+        rows = rows if all_rows else rows[-1:]
+        return fn(rows) if fn is not None else rows
 
     def delta(self, b: int, p: int) -> np.ndarray:
         return self.eps * (b - 1) * self.pattern[p] if b > 1 else np.zeros(self.n_vocab, np.float32)
@@ -116,9 +117,10 @@ def test_the_control_catches_nondeterministic_single_steps():
             super().__init__(model)
             self.rng = np.random.default_rng(0)
 
-        def eval(self, tokens, all_rows=True):
+        def eval(self, tokens, all_rows=True, fn=None):
             rows = super().eval(tokens, all_rows)
-            return rows + self.rng.normal(0, 0.01, size=rows.shape).astype(np.float32)
+            rows = rows + self.rng.normal(0, 0.01, size=rows.shape).astype(np.float32)
+            return fn(rows) if fn is not None else rows
 
     d = measure_drift(Noisy(FakeModel(n_vocab=V)), TEXT, batch_sizes=(2,), window=5, windows=1, control=True)
     assert d.control is not None and d.control.tv_mean > 0 and d.control.logit_diff_max > 0

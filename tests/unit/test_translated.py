@@ -287,3 +287,61 @@ def test_speculative_sampling_with_translated_drafts_follows_the_target(params, 
     assert 0 < accepted < drafted
     chi2, crit, df, _ = pooled_chi_square(counts, exact, runs)
     assert chi2 < crit, f"chi2 {chi2:.1f} >= {crit:.1f} (df {df})"
+
+
+# -- the draft's own context (issue 21, defect 3) ---------------------------------------------
+
+@pytest.mark.parametrize("draft_ctx", [100, 40, 12])
+def test_a_draft_whose_context_cannot_hold_the_text_keeps_a_window_and_never_fails_the_answer(draft_ctx):
+    """The character-level draft needs about twice the target's tokens for the same text:
+    a prompt of 60 target tokens is 118 draft tokens, more than its context holds. The
+    answer is the target's own, the draft keeps drafting from a window that fits its
+    context, and its context never overflows."""
+    prompt = TARGET.tokenize(SCRIPT[:118])
+    assert len(DRAFT.tokenize(SCRIPT[:118])) == 118 > draft_ctx and len(prompt) < 70
+    t = FakeBackend(TextOracle(TARGET, SCRIPT))
+    base = tokens(run(t, NoProposer(), max_tokens=60, prompt=prompt))
+    t = FakeBackend(TextOracle(TARGET, SCRIPT))
+    d = FakeBackend(TextOracle(DRAFT, SCRIPT), n_ctx=draft_ctx)
+    steps = run(t, TranslatedDraftProposer(d, DRAFT, TARGET), FixedK(4), max_tokens=60, prompt=prompt)
+    assert tokens(steps) == base
+    st = steps[-1].stats
+    assert st.generated == 60
+    if draft_ctx >= 40:
+        assert st.accepted > 0  # the window still drafts well
+    assert len(d.history) <= draft_ctx
+
+
+class Counting(VocabTokenizer):
+    """A tokenizer that records the size of every text it is given."""
+
+    def __init__(self, pieces):
+        super().__init__([p.decode() for p in pieces])
+        self.sizes: list[int] = []
+
+    def tokenize(self, text):
+        self.sizes.append(len(text))
+        return super().tokenize(text)
+
+
+@pytest.mark.parametrize("repeat", [1, 12])
+def test_a_step_re_tokenizes_a_bounded_window_however_long_the_text(repeat):
+    """After the prompt, every text either tokenizer is given is bounded by the look-behind
+    windows and what is new, not by the length of the text so far (the same bound for a
+    prompt twelve times as long), and the draft evaluates each token of its text about
+    once."""
+    script = SCRIPT * repeat + SCRIPT
+    dtok, ttok = Counting(DRAFT.pieces), Counting(TARGET.pieces)
+    prompt = TARGET.tokenize(SCRIPT * repeat)
+    t = FakeBackend(TextOracle(TARGET, script))
+    d = FakeBackend(TextOracle(DRAFT, script, error_every=5))
+    prop = TranslatedDraftProposer(d, dtok, ttok)
+    prop.prepare(prompt, lambda source, hint: 1)
+    dtok.sizes.clear(), ttok.sizes.clear()
+    evaluated = d.evaluated
+    steps = run(t, prop, FixedK(4), max_tokens=60, prompt=prompt)
+    st = steps[-1].stats
+    assert 0 < st.accepted < st.drafted
+    assert max(dtok.sizes) <= 40 and max(ttok.sizes) <= 40  # bytes: a few tokens each side, and the new ones
+    generated = len(TARGET.text(tokens(steps)))
+    assert d.evaluated - evaluated < 3 * generated

@@ -1,4 +1,5 @@
-"""One llama.cpp context: decode batches, return only the logits rows asked for,
+"""One llama.cpp context: decode batches, return only the logits rows asked for (a
+copy, or a function of them read where llama.cpp wrote them, with nothing copied),
 roll back to any position, and reuse the longest common prefix across calls.
 
 A context has a single rollback coordinate, ``n_past`` (as llama.cpp's
@@ -10,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -21,6 +22,8 @@ from .model import Buffer, Model, capture_buffers, default_threads
 from .rpc import check_alive, gone
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Context:
@@ -64,11 +67,18 @@ class Context:
         self._pos = np.ctypeslib.as_array(b.pos, shape=(n,))
         self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
         self._out = np.ctypeslib.as_array(ctypes.cast(b.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n,))
+        self._positions = np.arange(self._n_ctx, dtype=np.int32)
+        self._view_all: np.ndarray | None = None  # a read-only view of llama.cpp's logits rows
+        self._view_addr = 0
+        self._view_rows = 0
         for i in range(n):
             b.seq_id[i][0] = 0
         self._nseq[:] = 1
         self.history: list[int] = []
         self.native_seconds = 0.0
+        # Bytes of logits copied out of llama.cpp into numpy arrays, ever (what the hot
+        # path must keep at zero where it needs no full row).
+        self.logits_bytes_copied = 0
         self.last_prefill_evaluated = 0
         self.evaluated = 0  # every token ever evaluated, for reuse accounting
 
@@ -92,12 +102,19 @@ class Context:
     def token_bytes(self, token: int) -> bytes:
         return self.model.token_bytes(token)
 
-    def eval(self, tokens: Sequence[int], all_rows: bool = True, cancel: Callable[[], bool] | None = None) -> np.ndarray:
-        """Append ``tokens`` at n_past and return their logits rows (all, or the last).
+    def eval(self, tokens: Sequence[int], all_rows: bool = True, cancel: Callable[[], bool] | None = None,
+             fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T:
+        """Append ``tokens`` at n_past and return a copy of their logits rows (all, or
+        the last), or, with ``fn``, ``fn(rows)`` where ``rows`` is a read-only view of
+        the rows where llama.cpp wrote them: valid only during the call, nothing copied.
 
         A long batch runs in chunks of n_batch tokens; ``cancel`` is checked before
         each, and Cancelled is raised with the chunks so far kept (a prompt resumes
         from there, by prefix reuse)."""
+        return self._eval(tokens, all_rows, True, cancel, fn)
+
+    def _eval(self, tokens: Sequence[int], all_rows: bool, last_row: bool,
+              cancel: Callable[[], bool] | None, fn: Callable[[np.ndarray], T] | None) -> np.ndarray | T | None:
         n = len(tokens)
         if n == 0:
             raise ValueError("cannot evaluate an empty batch")
@@ -105,48 +122,68 @@ class Context:
             raise ContextOverflowError(
                 f"the context is full: {self.n_past} + {n} tokens do not fit in {self._n_ctx}"
             )
-        rows: list[np.ndarray] = []
+        earlier: list[np.ndarray] = []  # rows of the chunks before the last (all rows asked for)
         start = 0
-        while start < n:
+        while True:
             if cancel is not None and cancel():
                 raise Cancelled("stopped while reading the prompt")
-            chunk = tokens[start : start + self._n_batch]
+            chunk = tokens[start : start + self._n_batch] if n > self._n_batch else tokens
             m = len(chunk)
-            last_chunk = start + m == n
-            want = np.ones(m, dtype=np.int8) if all_rows else np.zeros(m, dtype=np.int8)
-            if last_chunk:
-                want[-1] = 1
-            rows.append(self._decode(chunk, want))
+            last = start + m == n
+            n_out = m if all_rows else int(last and last_row)
+            self._decode(chunk, all_rows, last and last_row)
+            if last:
+                break
+            if n_out:
+                earlier.append(self._copy(self._view(n_out)))
             start += m
-        out = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        return out
+        if not n_out:
+            return None
+        if earlier:
+            rows = np.concatenate(earlier + [self._copy(self._view(n_out))])
+            return fn(rows) if fn is not None else rows
+        view = self._view(n_out)
+        return fn(view) if fn is not None else self._copy(view)
 
-    def _decode(self, tokens: Sequence[int], want: np.ndarray) -> np.ndarray:
+    def _decode(self, tokens: Sequence[int], all_rows: bool, last_row: bool) -> None:
+        """One llama_decode of at most n_batch tokens at n_past, asking for every row or
+        only (``last_row``) the last one; the rows stay in llama.cpp's buffer."""
         if self._rpc:
             check_alive(self._rpc)  # llama.cpp would abort on a server that has gone
         m = len(tokens)
-        p0 = self.n_past
+        p0 = len(self.history)
         self._tok[:m] = tokens
-        self._pos[:m] = np.arange(p0, p0 + m, dtype=np.int32)
-        self._out[:m] = want
+        self._pos[:m] = self._positions[p0 : p0 + m]
+        self._out[:m] = all_rows
+        if last_row:
+            self._out[m - 1] = 1
         self._batch.n_tokens = m
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        self.native_seconds += time.perf_counter() - t0
         if rc != 0:
             # llama.cpp leaves the memory as it was before a failed decode.
             if rc == 1:
                 raise ContextOverflowError(f"the context is full: no room for {m} more tokens after {p0}")
             raise SpecDeskError(f"llama_decode failed with code {rc}")
-        n_out = int(want.sum())
-        if n_out:
-            ptr = llama_cpp.llama_get_logits(self._ctx)
-            rows = np.ctypeslib.as_array(ptr, shape=(n_out, self._n_vocab)).copy()
-        else:
-            rows = np.empty((0, self._n_vocab), dtype=np.float32)
-        self.native_seconds += time.perf_counter() - t0
-        self.history.extend(int(t) for t in tokens)
+        self.history.extend(map(int, tokens))
         self.evaluated += m
-        return rows
+
+    def _view(self, n_out: int) -> np.ndarray:
+        """The last decode's ``n_out`` logits rows, read-only, where llama.cpp keeps
+        them (its output buffer only grows: a view is rebuilt when it moved or grew)."""
+        addr = ctypes.addressof(llama_cpp.llama_get_logits(self._ctx).contents)
+        if addr != self._view_addr or n_out > self._view_rows:
+            buf = (ctypes.c_float * (n_out * self._n_vocab)).from_address(addr)
+            view = np.frombuffer(buf, dtype=np.float32).reshape(n_out, self._n_vocab)
+            view.flags.writeable = False
+            self._view_all, self._view_addr, self._view_rows = view, addr, n_out
+        return self._view_all[:n_out]
+
+    def _copy(self, rows: np.ndarray) -> np.ndarray:
+        out = rows.copy()
+        self.logits_bytes_copied += out.nbytes
+        return out
 
     def rollback(self, n_past: int) -> None:
         """Forget every position from ``n_past`` on."""
@@ -158,11 +195,12 @@ class Context:
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
         del self.history[n_past:]
 
-    def prefill(self, tokens: Sequence[int], logits: bool = True,
-                cancel: Callable[[], bool] | None = None) -> np.ndarray | None:
+    def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
+                fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:
         """Hold exactly ``tokens``: keep the longest common prefix with the history and
-        evaluate only the rest, asking for the last row only."""
-        tokens = list(tokens)
+        evaluate only the rest, asking for the last row only (none with ``logits=False``);
+        return a copy of it, or ``fn`` of a read-only view of it, shape (1, n_vocab)."""
+        tokens = tokens if isinstance(tokens, list) else list(tokens)  # only read
         if len(tokens) > self._n_ctx:
             raise ContextOverflowError(f"{len(tokens)} tokens do not fit in a context of {self._n_ctx}")
         keep = common_prefix_length(self.history, tokens)
@@ -173,8 +211,8 @@ class Context:
         self.last_prefill_evaluated = len(rest)
         if not rest:
             return None
-        rows = self.eval(rest, all_rows=False, cancel=cancel)
-        return rows[-1] if logits else None
+        rows = self._eval(rest, False, logits, cancel, fn)
+        return rows if fn is not None or rows is None else rows[-1]
 
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)

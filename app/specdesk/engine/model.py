@@ -149,6 +149,7 @@ class Model:
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}  # token -> end of generation (asked once per token)
         n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         if vocab_only:
             # llama.cpp aborts on hyper-parameter queries of a vocab-only model.
@@ -241,7 +242,10 @@ class Model:
         )
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        e = self._eog_cache.get(token)
+        if e is None:
+            e = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return e
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")

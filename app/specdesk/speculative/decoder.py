@@ -22,20 +22,24 @@ import codecs
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from .backend import Backend
+from .backend import Backend, argmax_rows
 from .controller import LAST_TOKEN, NO_CANDIDATE, TARGET_ALONE, Controller, Decision, StepCost
 from .proposers.base import EMPTY_DRAFT, Draft, Proposer
-from .sampling import SamplingParams, warp
+from .sampling import SamplingParams, WarpedRows
 from .stats import Stats
 from .verify import Verdict, verify_greedy, verify_stochastic
 
 
-@dataclass(frozen=True)
-class TokenInfo:
+# The records a step hands out are named tuples: immutable as frozen dataclasses, and
+# built several times faster (a step builds one per emitted token).
+
+
+class TokenInfo(NamedTuple):
     """One emitted token and where it came from."""
 
     token: int
@@ -54,8 +58,9 @@ class TokenInfo:
     lookup_start: int | None = None  # n-gram: index in prompt+output the token was copied from
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
+    """One verify pass: the tokens it emitted and the statistics after it."""
+
     index: int
     tokens: tuple[TokenInfo, ...]
     # Draft tokens whose verdict counts: all of the draft, or those up to the end of
@@ -100,14 +105,14 @@ class _Detok:
 
 def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, params: SamplingParams,
                 rng: np.random.Generator) -> Verdict:
-    """The verifier over the target's rows for ``[pending] + draft_tokens``: the
-    argmax rule at temperature 0, else rejection sampling against the warped rows
-    (q one-hot where the draft is deterministic)."""
+    """The verifier over the target's rows for ``[pending] + draft_tokens``, read where
+    they lie (the backend's view: nothing is copied): the argmax rule at temperature 0,
+    else rejection sampling against the rows warped over their support, each only once
+    the verifier reaches it (q one-hot where the draft is deterministic)."""
     if params.greedy:
-        return verify_greedy(draft_tokens, rows)
-    p_rows = np.stack([warp(r, params) for r in rows])
+        return verify_greedy(draft_tokens, argmax_rows(rows))
     q = draft.q[: len(draft_tokens)] if draft.q is not None else None
-    return verify_stochastic(draft_tokens, p_rows, q, rng)
+    return verify_stochastic(draft_tokens, WarpedRows(rows, params), q, rng)
 
 
 def _token_info(i: int, tok: int, text: str, draft_tokens: Sequence[int], draft: Draft, verdict: Verdict) -> TokenInfo:
@@ -141,6 +146,10 @@ def emitted_tokens(draft_tokens: Sequence[int], draft: Draft, verdict: Verdict,
     target's correction or bonus, each with its provenance; cut after an
     end-of-generation token (the second value says whether one ended the answer).
     An end token's text is empty."""
+    if not draft_tokens:  # a plain target step
+        tok = verdict.next_token
+        eog = is_eog(tok)
+        return [TokenInfo(tok, "" if eog else piece(tok), "target")], eog
     ids = list(draft_tokens[: verdict.n_accepted]) + [verdict.next_token]
     out: list[TokenInfo] = []
     for i, tok in enumerate(ids):
@@ -149,6 +158,10 @@ def emitted_tokens(draft_tokens: Sequence[int], draft: Draft, verdict: Verdict,
         if eog:
             return out, True
     return out, False
+
+
+# The decisions of steps the controller was not asked about.
+_UNDECIDED = {reason: Decision(0, reason) for reason in (LAST_TOKEN, NO_CANDIDATE, TARGET_ALONE)}
 
 
 class _Loop:
@@ -162,6 +175,8 @@ class _Loop:
         self.stats = Stats(prompt_tokens=len(prompt))
         self.detok = _Detok(target)
         self.index = 0
+        self._words: dict[Decision, tuple[str, str]] = {}
+        self._said: tuple[Decision | None, tuple[str, str]] = (None, ("", ""))  # the last one worded
         self.native0 = 0.0
         self.loop_start = 0.0
 
@@ -204,15 +219,22 @@ class _Loop:
         draft = self.proposer.propose(self.seq, budget, self.params, self.rng) if limit > 0 else EMPTY_DRAFT
         decision = ctl.take_decision()
         if decision is None:
-            decision = Decision(0, LAST_TOKEN if limit <= 0 else (NO_CANDIDATE if self.proposer.drafts else TARGET_ALONE))
+            decision = _UNDECIDED[LAST_TOKEN if limit <= 0 else (NO_CANDIDATE if self.proposer.drafts else TARGET_ALONE)]
         return list(draft.tokens[: max(0, limit)]), draft, decision
+
+    def verify(self, draft_tokens: list[int], draft: Draft) -> Verdict:
+        """The target's batch ``[pending] + draft_tokens``, verified on its rows where
+        they lie (nothing copied)."""
+        params, rng = self.params, self.rng
+        return self.target.eval([self.seq[-1]] + draft_tokens, all_rows=True,
+                                fn=lambda rows: verify_rows(draft_tokens, draft, rows, params, rng))
 
     def roll_back(self, n_accepted: int) -> None:
         """The target keeps the pending token and the accepted draft tokens."""
         self.target.rollback(len(self.seq) + n_accepted)
 
     def append(self, emitted: list[TokenInfo], ended: bool) -> None:
-        self.seq.extend(t.token for t in emitted)
+        self.seq.extend([t.token for t in emitted])
         if ended:
             # the end token is the answer's last: nothing after it stays in the context,
             # including accepted draft tokens that followed it in the batch
@@ -231,13 +253,24 @@ class _Loop:
         st.record_step(drafted, accepted, len(emitted), draft.source)
         st.draft_seconds += t_draft
         st.verify_seconds += t_verify
-        st.record_decision(decision.key, str(decision))
+        st.record_decision(*self.words(decision))
         self.controller.observe(StepCost(
             source=draft.source, match_length=draft.match_length, drafted=len(draft_tokens), accepted=accepted,
             judged=drafted, emitted=len(emitted), draft_seconds=t_draft, verify_seconds=t_verify,
             step_seconds=t_step, draft_synced=draft.synced, decision=decision,
         ))
         return drafted, accepted
+
+    def words(self, decision: Decision) -> tuple[str, str]:
+        """The decision's kind and its text (the same few decisions recur: each is
+        worded once per answer)."""
+        if decision is self._said[0]:
+            return self._said[1]
+        w = self._words.get(decision)
+        if w is None:
+            w = self._words[decision] = (decision.key, str(decision))
+        self._said = (decision, w)
+        return w
 
     def clock_stats(self) -> None:
         self.stats.decode_seconds = self.now() - self.loop_start
@@ -248,11 +281,11 @@ class _Loop:
         if stop is not None and emitted:
             tail = self.detok.flush()
             if tail:
-                emitted[-1] = replace(emitted[-1], text=emitted[-1].text + tail)
+                emitted[-1] = emitted[-1]._replace(text=emitted[-1].text + tail)
         self.clock_stats()
         s = Step(index=self.index, tokens=tuple(emitted), drafted=counts[0], accepted=counts[1], source=draft.source,
                  stats=self.stats.copy(), done=stop is not None, stop_reason=stop,
-                 target_argmax=verdict.target_argmax, draft_tokens=tuple(draft_tokens), decision=str(decision))
+                 target_argmax=verdict.target_argmax, draft_tokens=tuple(draft_tokens), decision=self.words(decision)[1])
         self.index += 1
         return s
 
@@ -291,8 +324,7 @@ def speculate(
         ts = clock()
         draft_tokens, draft, decision = loop.propose()                        # propose
         td = clock()
-        rows = target.eval([loop.seq[-1]] + draft_tokens, all_rows=True)     # verify: one batch
-        verdict = verify_rows(draft_tokens, draft, rows, params, rng)
+        verdict = loop.verify(draft_tokens, draft)                            # verify: one batch
         tv = clock()
         loop.roll_back(verdict.n_accepted)                                    # roll back the rejected
         emitted, ended = emitted_tokens(draft_tokens, draft, verdict, target.is_eog, loop.detok.piece)

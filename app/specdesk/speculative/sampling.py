@@ -6,6 +6,11 @@ target distribution, the one plain target-alone sampling would use.
 
 The chain follows llama.cpp's default order: top-k, top-p, min-p on the
 untempered distribution, then temperature over the survivors.
+
+A warped row is kept over its support (:class:`Warped`), computed from the row where
+it lies: what exact rejection sampling needs (p and q at a drafted token, and the
+residual max(0, p - q) at a rejection, which is 0 outside p's support) without a
+dense copy of the vocabulary per row.
 """
 
 from __future__ import annotations
@@ -56,17 +61,68 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(x - m, dtype=np.float32).sum(dtype=np.float64))
 
 
+def top_token(logits: np.ndarray, p_min: float) -> tuple[int, float]:
+    """The argmax of a logits row and, when ``p_min`` is set, its probability under the
+    plain softmax (else NaN): a greedy draft step, read where the row lies. (The
+    probability costs an exp over the row: NumPy's exp is not vectorized on every
+    CPU, and it is then the dearest part of a greedy draft step after the decode.)"""
+    t = int(logits.argmax())
+    return t, (top_probability(logits) if p_min > 0 else float("nan"))
+
+
+@dataclass(frozen=True)
+class Warped:
+    """A warped distribution kept over its support: the tokens top-k, top-p and min-p
+    keep (``ids``, ascending) and their probabilities (``probs``, float64, summing to
+    1). Every other token has probability 0, so this is the dense vector of
+    :func:`warp` without its zeros: what exact rejection sampling needs of a row."""
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def from_dense(cls, probs: np.ndarray) -> Warped:
+        probs = np.asarray(probs, dtype=np.float64)
+        ids = np.flatnonzero(probs)
+        return cls(ids, probs[ids])
+
+    def prob(self, token: int) -> float:
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.probs[i]) if i < self.ids.shape[0] and self.ids[i] == token else 0.0
+
+    def probs_at(self, tokens: np.ndarray) -> np.ndarray:
+        """The probability of each of ``tokens`` (0 outside the support)."""
+        i = np.minimum(np.searchsorted(self.ids, tokens), self.ids.shape[0] - 1)
+        return np.where(self.ids[i] == tokens, self.probs[i], 0.0)
+
+    def dense(self, n: int) -> np.ndarray:
+        out = np.zeros(n, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return sample(self.probs, rng, self.ids)
+
+
 def warp(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Return a probability vector (float64, same length as ``logits``).
 
     Greedy params give a one-hot vector on the argmax.
     """
-    x = np.asarray(logits, dtype=np.float64)
+    return warp_support(logits, params).dense(np.shape(logits)[-1])
+
+
+def warp_support(logits: np.ndarray, params: SamplingParams) -> Warped:
+    """The warped distribution of a logits row over its support (see :class:`Warped`).
+
+    The row may be a read-only view of llama.cpp's buffer: the candidates are chosen on
+    it as it is (float32), and only their logits are taken to float64, so no copy of
+    the row is kept; without top-k, top-p or min-p the support is the whole vocabulary.
+    """
+    x = np.asarray(logits)
     n = x.shape[-1]
-    out = np.zeros(n, dtype=np.float64)
     if params.greedy:
-        out[int(np.argmax(x))] = 1.0
-        return out
+        return Warped(np.array([int(np.argmax(x))]), np.ones(1))
 
     # Candidate set, as indices into x.
     if 0 < params.top_k < n:
@@ -77,28 +133,44 @@ def warp(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     if params.top_p < 1.0:
         cand = _nucleus(x, cand, params.top_p)
 
-    vals = x if cand is None else x[cand]
+    vals = np.asarray(x if cand is None else x[cand], dtype=np.float64)
     if params.min_p > 0.0:
         keep = vals >= vals.max() + np.log(params.min_p)
-        if cand is None:
-            cand = np.flatnonzero(keep)
-        else:
-            cand = cand[keep]
-        vals = x[cand]
+        cand = np.flatnonzero(keep) if cand is None else cand[keep]
+        vals = vals[keep]
 
     scaled = (vals - vals.max()) / params.temperature
     e = np.exp(scaled)
     probs = e / e.sum()
     if cand is None:
-        return probs
-    out[cand] = probs
-    return out
+        return Warped(np.arange(n), probs)
+    order = np.argsort(cand)
+    return Warped(cand[order], probs[order])
+
+
+class WarpedRows:
+    """The rows of a verify batch, each warped when first asked for (a verifier that
+    rejects at position i never warps the rows after it)."""
+
+    def __init__(self, rows: np.ndarray, params: SamplingParams) -> None:
+        self.rows = rows
+        self.params = params
+        self._done: dict[int, Warped] = {}
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> Warped:
+        w = self._done.get(i)
+        if w is None:
+            w = self._done[i] = warp_support(self.rows[i], self.params)
+        return w
 
 
 def _nucleus(x: np.ndarray, cand: np.ndarray | None, top_p: float) -> np.ndarray:
     """Smallest set of best tokens whose untempered mass reaches top_p."""
     pool = np.arange(x.shape[-1]) if cand is None else cand
-    vals = x[pool]
+    vals = np.asarray(x if cand is None else x[pool], dtype=np.float64)
     m = vals.max()
     log_z = m + np.log(np.exp(vals - m).sum())
     if pool.shape[0] > _NUCLEUS_PREFILTER:
@@ -111,12 +183,14 @@ def _nucleus(x: np.ndarray, cand: np.ndarray | None, top_p: float) -> np.ndarray
     return pool[order[: min(n_keep, order.shape[0])]]
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a probability vector."""
+def sample(probs: np.ndarray, rng: np.random.Generator, ids: np.ndarray | None = None) -> int:
+    """Draw one token id from a probability vector (over ``ids``, ascending, when
+    given: the same draw as from the dense vector they stand for)."""
     nz = np.flatnonzero(probs)
     if nz.shape[0] == 1:
-        return int(nz[0])
-    cum = np.cumsum(probs[nz])
-    u = rng.random() * cum[-1]
-    i = int(np.searchsorted(cum, u, side="right"))
-    return int(nz[min(i, nz.shape[0] - 1)])
+        i = int(nz[0])
+    else:
+        cum = np.cumsum(probs[nz])
+        u = rng.random() * cum[-1]
+        i = int(nz[min(int(np.searchsorted(cum, u, side="right")), nz.shape[0] - 1)])
+    return i if ids is None else int(ids[i])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from .proposers.base import MODEL_SOURCES
 
@@ -37,7 +37,7 @@ class Stats:
     decode_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    # Time inside llama_decode plus the logits copy, both models (the "native" part).
+    # Time inside llama_decode, both models (the "native" part; no logits are copied).
     native_seconds: float = 0.0
     # Why the controller drafted or did not: steps per kind of decision (e.g.
     # "draft: bound<1", "ngram: k>0 by cost model"), and the last one in full.
@@ -94,7 +94,7 @@ class Stats:
 
     @property
     def overhead_seconds(self) -> float:
-        """Decode time spent outside llama_decode and the logits copy (Python's own share)."""
+        """Decode time spent outside llama_decode (Python's own share, reading the rows included)."""
         return max(0.0, self.decode_seconds - self.native_seconds)
 
     @property
@@ -102,13 +102,17 @@ class Stats:
         return self.overhead_seconds / self.decode_seconds if self.decode_seconds > 0 else None
 
     def copy(self) -> Stats:
-        return replace(
-            self,
-            drafted_per_position=list(self.drafted_per_position),
-            accepted_per_position=list(self.accepted_per_position),
-            model_draft_lengths=list(self.model_draft_lengths),
-            decisions=dict(self.decisions),
-        )
+        """A snapshot (every step carries one): the fields as they are, the lists and
+        the dict copied; an attribute copy, as dataclasses.replace would re-run the
+        constructor over every field."""
+        new = object.__new__(Stats)
+        d = new.__dict__
+        d.update(self.__dict__)
+        d["drafted_per_position"] = self.drafted_per_position.copy()
+        d["accepted_per_position"] = self.accepted_per_position.copy()
+        d["model_draft_lengths"] = self.model_draft_lengths.copy()
+        d["decisions"] = self.decisions.copy()
+        return new
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -11,18 +11,16 @@ target's prediction for the token after ``draft[:i]``, so row ``k`` is the bonus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 
-from .sampling import sample
+from .sampling import Warped, sample
 
 NextKind = Literal["correction", "bonus"]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     n_accepted: int
     next_token: int
     next_kind: NextKind
@@ -34,74 +32,83 @@ class Verdict:
     target_argmax: tuple[int, ...] = ()
 
 
-def verify_greedy(draft: Sequence[int], target_logits: np.ndarray) -> Verdict:
+def verify_greedy(draft: Sequence[int], target_argmax: np.ndarray | Sequence[int]) -> Verdict:
     """Accept draft tokens while they equal the target's argmax.
 
-    ``target_logits`` has ``len(draft) + 1`` rows.
+    ``target_argmax`` holds the argmax of each of the ``len(draft) + 1`` rows (the rows
+    themselves are never needed, so none is copied).
     """
     k = len(draft)
-    if target_logits.shape[0] != k + 1:
-        raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {target_logits.shape[0]}")
-    best = np.argmax(target_logits, axis=-1)
+    if len(target_argmax) != k + 1:
+        raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {len(target_argmax)}")
+    best = target_argmax.tolist() if isinstance(target_argmax, np.ndarray) else [int(b) for b in target_argmax]
     n = 0
-    while n < k and int(best[n]) == int(draft[n]):
+    while n < k and best[n] == int(draft[n]):
         n += 1
     return Verdict(
         n_accepted=n,
-        next_token=int(best[n]),
+        next_token=best[n],
         next_kind="bonus" if n == k else "correction",
-        target_argmax=tuple(int(b) for b in best[: n + 1]),
+        target_argmax=tuple(best[: n + 1]),
     )
 
 
 def verify_stochastic(
     draft: Sequence[int],
-    p_rows: np.ndarray,
-    q_rows: np.ndarray | None,
+    p_rows: Sequence[Warped],
+    q_rows: Sequence[Warped] | None,
     rng: np.random.Generator,
 ) -> Verdict:
     """Leviathan et al. (2023) Algorithm 1 / Chen et al. (2023).
 
-    ``p_rows``: warped target probabilities, ``k + 1`` rows.
-    ``q_rows``: warped draft probabilities the draft tokens were sampled from, ``k`` rows,
-    or ``None`` when the draft is deterministic (n-gram lookup, greedy draft): q is then
-    one-hot on the drafted token.
+    ``p_rows``: the warped target distributions, ``k + 1`` of them (looked at in order,
+    and only up to the first rejection: a lazy sequence warps no row it is not asked
+    for). ``q_rows``: the warped draft distributions the draft tokens were sampled
+    from, ``k`` of them, or ``None`` when the draft is deterministic (n-gram lookup,
+    greedy or translated draft): q is then one-hot on the drafted token.
 
     Each draft token x is accepted with probability min(1, p(x)/q(x)); at the first
     rejection the next token is drawn from normalize(max(0, p - q)); after a full accept
     the bonus token is drawn from p. The result is distributed exactly as p.
+
+    Why distributions kept over their support are enough, and exact: p(x) and q(x) are
+    read from them as from the dense vectors (0 outside a support); max(0, p - q) is
+    positive only where p > q >= 0, so inside p's support, and it is computed there
+    whole; the bonus and a p == q fallback draw from p over its support, which is all
+    of its mass. Every number the algorithm uses is the dense algorithm's.
     """
     k = len(draft)
-    if p_rows.shape[0] != k + 1:
-        raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {p_rows.shape[0]}")
-    if q_rows is not None and q_rows.shape[0] != k:
-        raise ValueError(f"need {k} draft rows for {k} draft tokens, got {q_rows.shape[0]}")
+    if len(p_rows) != k + 1:
+        raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {len(p_rows)}")
+    if q_rows is not None and len(q_rows) != k:
+        raise ValueError(f"need {k} draft rows for {k} draft tokens, got {len(q_rows)}")
     ps: list[float] = []
     qs: list[float] = []
     for i, x in enumerate(draft):
         x = int(x)
-        p_x = float(p_rows[i, x])
-        q_x = 1.0 if q_rows is None else float(q_rows[i, x])
+        p = p_rows[i]
+        p_x = p.prob(x)
+        q_x = 1.0 if q_rows is None else q_rows[i].prob(x)
         # q_x > 0 always holds for a token the draft sampled; guard anyway.
         accept = q_x > 0.0 and (p_x >= q_x or rng.random() < p_x / q_x)
         if not accept:
             if q_rows is None:
-                residual = p_rows[i].copy()
-                residual[x] = 0.0
+                residual = np.where(p.ids == x, 0.0, p.probs)
             else:
-                residual = np.maximum(p_rows[i] - q_rows[i], 0.0)
+                residual = np.maximum(p.probs - q_rows[i].probs_at(p.ids), 0.0)
             total = residual.sum()
             if total <= 0.0:
                 # p == q exactly: the rejection had probability 0; fall back to p.
-                residual = p_rows[i]
+                residual = p.probs
                 total = residual.sum()
-            tok = sample(residual / total, rng)
-            ps.append(float(p_rows[i, tok]))
+            tok = sample(residual / total, rng, p.ids)
+            ps.append(p.prob(tok))
             qs.append(float("nan"))
             return Verdict(i, tok, "correction", tuple(ps), tuple(qs))
         ps.append(p_x)
         qs.append(q_x)
-    tok = sample(p_rows[k], rng)
-    ps.append(float(p_rows[k, tok]))
+    p = p_rows[k]
+    tok = p.sample(rng)
+    ps.append(p.prob(tok))
     qs.append(float("nan"))
     return Verdict(k, tok, "bonus", tuple(ps), tuple(qs))

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, Warped
 
 # budget(source, hint) -> how many tokens the controller wants drafted. The hint is
 # what the controller needs to price the draft: for "ngram" the match length (long
@@ -25,10 +25,10 @@ LOOKUP_SOURCES = ("ngram", "history")
 @dataclass(frozen=True)
 class Draft:
     tokens: tuple[int, ...] = ()
-    # The (warped) draft probabilities each token was sampled from, one row per token,
-    # over the target's vocabulary; None when the draft is deterministic (greedy
-    # draft model, n-gram lookup), which the verifier treats as one-hot.
-    q: np.ndarray | None = None
+    # The (warped) draft distribution each token was sampled from, one per token, over
+    # its support in the target's vocabulary; None when the draft is deterministic
+    # (greedy draft model, n-gram lookup), which the verifier treats as one-hot.
+    q: tuple[Warped, ...] | None = None
     # Where the tokens come from: "draft" (a draft model of the target's vocabulary),
     # "translated" (a draft model of another vocabulary, re-tokenized), "ngram" (copied
     # from the prompt and the answer so far) or "history" (copied from earlier turns).

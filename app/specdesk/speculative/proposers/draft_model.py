@@ -7,13 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, sample, top_probability, warp
+from ..sampling import SamplingParams, Warped, top_token, warp_support
 from .base import EMPTY_DRAFT, Budget, Draft
 
 
 class DraftModelProposer:
     """At temperature 0 it drafts greedily; above it samples from its own warped
-    distribution and keeps q for the verifier. It stops early when its top
+    distribution and keeps q (over its support) for the verifier; either way it reads
+    the draft's logits where llama.cpp wrote them, copying no row. It stops early when its top
     probability falls below ``p_min`` (llama.cpp's --draft-p-min).
 
     The draft context follows the sequence lazily: each call rolls it back to the
@@ -56,37 +57,43 @@ class DraftModelProposer:
         k = min(k, self.ctx.n_ctx - len(seq) + 1)
         if k <= 0:
             return EMPTY_DRAFT
-        logits = self.ctx.prefill(seq)
+        n_common = self.n_common
+        if params.greedy:
+            # the argmax (and the top probability for p-min) read where the row lies
+            p_min = self.p_min
+
+            def pick(rows: np.ndarray):
+                return top_token(rows[0, :n_common], p_min)
+        else:
+            def pick(rows: np.ndarray):
+                return warp_support(rows[0, :n_common], params)
+
+        out = self.ctx.prefill(seq, fn=pick)
         synced = self.ctx.last_prefill_evaluated
         tokens: list[int] = []
         confs: list[float] = []
-        qs: list[np.ndarray] = []
+        qs: list[Warped] = []
         for i in range(k):
-            row = logits[: self.n_common]
             if params.greedy:
-                t = int(np.argmax(row))
-                conf = top_probability(row) if self.p_min > 0 else float("nan")
+                t, conf = out
             else:
-                q = warp(row, params)
-                conf = float(q.max())
-                t = None
+                q = out
+                conf = float(q.probs.max())
             if self.p_min > 0 and conf < self.p_min:
                 break
-            if t is None:
-                t = sample(q, rng)
-                full = np.zeros(self.n_vocab_target, dtype=np.float64)
-                full[: self.n_common] = q
-                qs.append(full)
-                conf = float(q[t])
+            if not params.greedy:
+                t = q.sample(rng)
+                qs.append(q)  # over the common range: the target's ids, 0 beyond it
+                conf = q.prob(t)
             tokens.append(t)
             confs.append(conf)
             if i + 1 < k:
-                logits = self.ctx.eval([t], all_rows=False)[-1]
+                out = self.ctx.eval([t], all_rows=False, fn=pick)
         if not tokens:
             return Draft(synced=synced, source="draft")
         return Draft(
             tokens=tuple(tokens),
-            q=np.stack(qs) if qs else None,
+            q=tuple(qs) if qs else None,
             source="draft",
             confidence=tuple(confs),
             synced=synced,

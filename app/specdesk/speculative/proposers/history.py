@@ -170,7 +170,11 @@ class HistoryProposer:
         return 0
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        m = self.lookup(seq)
+        return self.draft_from(self.lookup(seq), budget)
+
+    @staticmethod
+    def draft_from(m: HistoryMatch | None, budget: Budget) -> Draft:
+        """The draft for a match, as long as the controller wants it."""
         if m is None:
             return EMPTY_DRAFT
         k = min(budget(SOURCE, m.length), len(m.tokens))

@@ -28,15 +28,16 @@ class HybridProposer:
         return self.draft.native_seconds
 
     def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
+        self.ngram.prepare(prompt, budget)
         return self.draft.prepare(prompt, budget)
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         m = self.ngram.lookup(seq)
         h = self.history.lookup(seq) if self.history is not None else None
         if h is not None and (m is None or h.length > m.length):
-            d = self.history.propose(seq, budget, params, rng)
+            d = self.history.draft_from(h, budget)
         elif m is not None:
-            d = self.ngram.propose(seq, budget, params, rng)
+            d = self.ngram.draft_from(m, budget)
         else:
             d = EMPTY_DRAFT
         if len(d):

@@ -7,16 +7,24 @@ function of the context: the verifier treats it as one-hot (q is None), exactly 
 an n-gram lookup, which keeps both verifiers exact at T = 0 and T > 0. Acceptance and
 cost are measured under their own source name, ``"translated"``.
 
-Everything is aligned on *bytes of text*:
+Everything is aligned on *bytes of text*, and a step costs the same however long the
+text is (the work is bounded by the look-behind windows and the text that is new):
 
 - The target's sequence is kept as its text, with the byte offset where each target
-  token ends.
-- The draft side keeps the draft tokens that stand for that text, each with the byte
-  offset (in the same text) where it ends. When the target's text moves on (a partial
-  accept, a correction), the draft keeps the tokens that end inside the common text
-  minus a small look-behind, and re-tokenizes the rest of the text from there: the
-  rollback happens in draft tokens, mapped through the text offsets, and the draft
-  context then evaluates only what differs (its ``prefill`` keeps the common prefix).
+  token ends (:class:`~.text_align.TokenText`: only new tokens' pieces are read).
+- The draft side keeps the draft tokens that stand for that text and, beyond it, the
+  draft's own continuation, each with the byte offset (in the same text) where it
+  ends. While the draft's text holds the target's (the target accepted what the draft
+  wrote, its own next token included), all of it is kept, so the continuation is never
+  generated twice. Where the two part (a partial accept, a correction), the draft
+  keeps the tokens that end inside the common text minus a small look-behind and
+  re-tokenizes from there to the end of the target's text: the rollback happens in
+  draft tokens, mapped through the text offsets, and the draft context then evaluates
+  only what differs (its ``prefill`` keeps the common prefix).
+- The draft context holds a window, the prefix and the draft tokens from ``w0`` on,
+  within its own context size: when drafting would overflow it, the window moves on
+  and keeps half of that context (evaluated again once), so a text for which the
+  draft's vocabulary needs more tokens than its context holds never fails the answer.
 - The draft's continuation (bytes) is appended to a window of the target's last few
   tokens, re-tokenized with the target's tokenizer, and aligned on the byte offset
   where the accepted text ends: what follows that boundary is the proposal, so a
@@ -30,86 +38,17 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, top_probability
+from ..sampling import SamplingParams, top_token
 from .base import EMPTY_DRAFT, Budget, Draft
+from .text_align import TokenText, Tokenizer, common_bytes, complete_utf8, is_continuation, tokenize_span
+
+__all__ = ["SOURCE", "Tokenizer", "TranslatedDraftProposer", "common_bytes", "complete_utf8", "tokenize_span"]
 
 SOURCE = "translated"
-
-
-class Tokenizer(Protocol):
-    """One model's tokenizer, as the translated proposer needs it."""
-
-    def tokenize(self, text: str) -> list[int]:
-        """Plain text to tokens: no BOS/EOS added, special tokens (e.g. ``<|im_start|>``)
-        parsed, no leading space added."""
-
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes a token stands for (special tokens rendered as their text)."""
-
-
-def _is_continuation(byte: int) -> bool:
-    return 0x80 <= byte <= 0xBF
-
-
-def complete_utf8(data: bytes | bytearray | memoryview) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8
-    character (a character split across tokens is not complete yet)."""
-    n = len(data)
-    i = n - 1
-    # Walk back over at most 3 continuation bytes to the lead byte.
-    while i >= 0 and n - i <= 4 and _is_continuation(data[i]):
-        i -= 1
-    if i < 0:
-        return n
-    lead = data[i]
-    need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
-    return n if n - i >= need else i
-
-
-def common_bytes(a: bytes | bytearray, b: bytes | bytearray) -> int:
-    """How many leading bytes ``a`` and ``b`` share (memcmp-speed bisection)."""
-    ma, mb = memoryview(a), memoryview(b)
-    n = min(len(ma), len(mb))
-    if ma[:n] == mb[:n]:
-        return n
-    lo, hi = 0, n  # ma[:lo] == mb[:lo], ma[:hi] != mb[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ma[:mid] == mb[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def tokenize_span(tok: Tokenizer, data: bytes) -> tuple[list[int], list[int]] | None:
-    """Tokens of ``data`` and the byte offset (within ``data``) where each ends, or None
-    when the tokens' bytes do not spell ``data`` back (a normalizing tokenizer). A
-    tokenizer that adds a leading space (SentencePiece) is allowed for: the space is
-    not counted."""
-    if not data:
-        return [], []
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    ids = tok.tokenize(text)
-    pieces = [tok.token_bytes(t) for t in ids]
-    joined = b"".join(pieces)
-    shift = len(joined) - len(data)
-    if shift < 0 or shift > 1 or joined[shift:] != data or (shift and joined[:1] != b" "):
-        return None
-    ends: list[int] = []
-    pos = -shift
-    for p in pieces:
-        pos += len(p)
-        ends.append(max(pos, 0))
-    return ids, ends
 
 
 class TranslatedDraftProposer:
@@ -148,22 +87,32 @@ class TranslatedDraftProposer:
         # Draft tokens per target token (running estimate): how many draft tokens to
         # generate for a budget of k target tokens.
         self.ratio = ratio
+        def pick(rows: np.ndarray) -> tuple[int, float]:
+            return top_token(rows[0], p_min)  # read where the row lies: nothing copied
+
+        self._pick = pick
         self.reset_state()
 
     # -- state -------------------------------------------------------------------------
 
     def reset_state(self) -> None:
-        # The target's sequence as text: its tokens, the text, and each token's end offset.
-        self._seq: list[int] = []
-        self._text = bytearray()
-        self._ends: list[int] = []
+        # The target's sequence as text.
+        self._target = TokenText(self.ttok)
         # The draft's tokens for (a prefix of) the text plus its own continuation, each
         # with its end offset in the same text coordinates; the text they spell.
         self._dtoks: list[int] = []
         self._dends: list[int] = []
-        self._dtext = b""
-        # Diagnostics: the last step's draft tokens generated and target tokens proposed.
+        self._dtext = bytearray()
+        self._agree = 0  # bytes of _dtext known to equal the target's text
+        # The continuation stopped for good: the draft ended its answer, or p-min stopped
+        # it (the same context would stop it again); cleared when the texts part.
+        self._ended = False
+        self._halted = False
+        self._w0 = 0  # the draft context's window: prefix + _dtoks[_w0:]
+        # Diagnostics: the last step's draft tokens generated and kept from the step
+        # before, and target tokens proposed.
         self.last_generated = 0
+        self.last_reused = 0
         self.last_proposed: tuple[int, ...] = ()
         self.last_dropped: int | None = None  # the trailing target token held back, if any
 
@@ -177,127 +126,165 @@ class TranslatedDraftProposer:
 
     @property
     def draft_tokens(self) -> list[int]:
-        """The draft-side tokens standing for the text (prefix not included)."""
+        """The draft-side tokens standing for the text, and the continuation (prefix not
+        included)."""
         return list(self._dtoks)
 
     @property
     def draft_ends(self) -> list[int]:
         return list(self._dends)
 
-    def _target_text(self, seq: Sequence[int]) -> bytes:
-        """The sequence's text, updated incrementally (pieces of the new tokens only)."""
-        n_old = len(self._seq)
-        if len(seq) >= n_old and list(seq[:n_old]) == self._seq:
-            c = n_old
-        else:
-            c = common_prefix_length(self._seq, seq)
-        del self._seq[c:]
-        del self._ends[c:]
-        del self._text[(self._ends[-1] if self._ends else 0) :]
-        for t in seq[c:]:
-            self._text += self.ttok.token_bytes(int(t))
-            self._seq.append(int(t))
-            self._ends.append(len(self._text))
-        return bytes(self._text)
+    @property
+    def window_start(self) -> int:
+        """The first draft token the draft context holds (after the prefix)."""
+        return self._w0
 
-    def _sync(self, text: bytes) -> None:
-        """Bring the draft tokens in step with ``text`` (re-tokenizing only its tail)."""
-        cp = common_bytes(self._dtext, text)
+    def _follow(self, seq: Sequence[int]) -> None:
+        self._agree = min(self._agree, self._target.follow(seq))
+
+    def _sync(self) -> bool:
+        """Bring the draft tokens in step with the target's text (re-tokenizing only
+        where they part); False when the draft's tokenizer does not spell that window
+        back (then it holds the common part only, and does not draft this step)."""
+        text = self._target.text
+        a = min(self._agree, len(self._dtext))
+        cp = a + common_bytes(memoryview(self._dtext)[a:], memoryview(text)[a:])
+        if cp >= len(text):
+            self._agree = len(text)  # the draft's text holds the target's: keep it all
+            return True
+        self._ended = self._halted = False
         i = bisect.bisect_right(self._dends, cp)  # tokens wholly inside the common text
         j = max(0, i - self.lookbehind)
-        while j > 0 and self._dends[j - 1] < len(text) and _is_continuation(text[self._dends[j - 1]]):
+        if j < self._w0 < i:
+            j = self._w0  # the look-behind stays inside the window
+        while j > 0 and self._dends[j - 1] < len(text) and is_continuation(text[self._dends[j - 1]]):
             j -= 1
         start = self._dends[j - 1] if j else 0
-        tail = text[start : complete_utf8(text)]
-        got = tokenize_span(self.dtok, tail) if tail else ([], [])
-        if got is None and j:
-            # A window the draft tokenizer does not spell back: re-tokenize from the start.
-            j, start, tail = 0, 0, text[: complete_utf8(text)]
-            got = tokenize_span(self.dtok, tail)
-        ids, ends = got if got is not None else ([], [])
-        self._dtoks = self._dtoks[:j] + ids
-        self._dends = self._dends[:j] + [start + e for e in ends]
-        self._dtext = text[: self._dends[-1]] if self._dends else b""
+        end = complete_utf8(text)
+        got = tokenize_span(self.dtok, bytes(text[start:end]))
+        if got is None:
+            self._truncate(i)  # only the tokens inside the common text still stand for it
+            return False
+        ids, ends = got
+        self._truncate(j)
+        self._dtoks += ids
+        self._dends += [start + e for e in ends]
+        self._dtext += text[start:end]
+        self._agree = len(self._dtext)
+        return True
+
+    def _truncate(self, j: int) -> None:
+        """Keep the first ``j`` draft tokens and their text."""
+        cut = self._dends[j - 1] if j else 0
+        del self._dtoks[j:], self._dends[j:], self._dtext[cut:]
+        self._agree = min(self._agree, cut)
+        self._w0 = min(self._w0, j)  # the window starts again where the text parted before it
+
+    def _fit(self, extra: int) -> bool:
+        """Keep the window with room for ``extra`` more tokens in the draft's context:
+        when it would overflow, move it on to keep half of the context. False when not
+        even one draft token and ``extra`` fit."""
+        room = self.ctx.n_ctx - len(self.prefix)
+        if len(self._dtoks) - self._w0 + extra <= room:
+            return True
+        keep = min(room // 2, room - extra)
+        if keep < 1:
+            return False
+        w0 = len(self._dtoks) - keep
+        while w0 < len(self._dtoks) - 1 and is_continuation(self._dtext[self._dends[w0 - 1]]):
+            w0 += 1  # the window starts on a character
+        self._w0 = max(self._w0, w0)
+        return True
+
+    def _window(self) -> list[int]:
+        self._w0 = min(self._w0, max(0, len(self._dtoks) - 1))  # it holds a token, when there is one
+        return self.prefix + self._dtoks[self._w0 :]
+
+    def _behind(self, full: list[int]) -> int:
+        return len(full) - min(common_prefix_length(self.ctx.history, full), max(len(full) - 1, 0))
+
+    def _wanted(self, k: int) -> int:
+        """Draft tokens of continuation for k target tokens and the one held back."""
+        return min(self.max_draft_tokens, math.ceil((k + 1) * self.ratio) + 1)
 
     # -- the proposer interface --------------------------------------------------------
-
-    def _behind(self) -> int:
-        full = self.prefix + self._dtoks
-        return len(full) - min(common_prefix_length(self.ctx.history, full), max(len(full) - 1, 0))
 
     def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
         if len(prompt) <= 1:
             return 0
-        self._sync(self._target_text(prompt[:-1]))
-        full = self.prefix + self._dtoks
-        if not full or budget(SOURCE, self._behind()) <= 0:
+        self._follow(prompt[:-1])
+        if not self._sync() or not (self.prefix or self._dtoks) or not self._fit(self._wanted(1)):
+            return 0
+        full = self._window()
+        if budget(SOURCE, self._behind(full)) <= 0:
             return 0
         self.ctx.prefill(full, logits=False)
         return self.ctx.last_prefill_evaluated
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        self.last_generated, self.last_proposed, self.last_dropped = 0, (), None
-        text = self._target_text(seq)
+        self.last_generated, self.last_reused, self.last_proposed, self.last_dropped = 0, 0, (), None
+        self._follow(seq)
+        text = self._target.text
         if complete_utf8(text) != len(text):
             return EMPTY_DRAFT  # the target is inside a character: wait for its end
-        self._sync(text)
-        full = self.prefix + self._dtoks
-        if not full:
+        if not self._sync() or not (self.prefix or self._dtoks):
             return EMPTY_DRAFT
-        k = budget(SOURCE, self._behind())
+        k = budget(SOURCE, self._behind(self._window()))
         if k <= 0:
             return EMPTY_DRAFT
-        # Draft tokens for k target tokens plus the trailing one that is held back.
-        n_draft = min(self.max_draft_tokens, math.ceil((k + 1) * self.ratio) + 1, self.ctx.n_ctx - len(full) + 1)
-        if n_draft <= 0:
-            return EMPTY_DRAFT
-        logits = self.ctx.prefill(full)
-        synced = self.ctx.last_prefill_evaluated
-        gen: list[int] = []
-        ended = False
-        for i in range(n_draft):
-            t = int(np.argmax(logits))
-            if self.ctx.is_eog(t):
-                ended = True
-                break
-            if self.p_min > 0 and top_probability(logits) < self.p_min:
-                break
-            gen.append(t)
-            if i + 1 < n_draft:
-                logits = self.ctx.eval([t], all_rows=False)[-1]
-        self.last_generated = len(gen)
-        pieces = [self.dtok.token_bytes(t) for t in gen]
-        cont = b"".join(pieces)
-        # Remember the continuation: the next step keeps what the target accepted.
-        pos = len(text)
-        for t, p in zip(gen, pieces):
-            pos += len(p)
-            self._dtoks.append(t)
-            self._dends.append(pos)
-        self._dtext = text + cont
-        tokens = self._to_target(text, cont, ended)
-        if tokens and gen:
+        first = bisect.bisect_right(self._dends, len(text))  # the continuation's first token
+        self.last_reused = len(self._dtoks) - first
+        n_gen = 0 if self._ended or self._halted else max(0, self._wanted(k) - self.last_reused)
+        synced = self._generate(n_gen) if n_gen and self._fit(n_gen) else 0
+        cont = bytes(self._dtext[len(text) :])
+        tokens = self._to_target(text, cont, self._ended)
+        n_cont = len(self._dtoks) - first
+        if tokens and n_cont:
             # Draft tokens per target token, for the next step's draft length.
-            self.ratio = min(4.0, max(0.5, 0.8 * self.ratio + 0.2 * len(gen) / (len(tokens) + (not ended))))
+            self.ratio = min(4.0, max(0.5, 0.8 * self.ratio + 0.2 * n_cont / (len(tokens) + (not self._ended))))
         tokens = tokens[:k]
         self.last_proposed = tuple(tokens)
         if not tokens:
             return Draft(source=SOURCE, synced=synced)
         return Draft(tokens=tuple(tokens), source=SOURCE, synced=synced)
 
-    def _to_target(self, text: bytes, cont: bytes, ended: bool) -> list[int]:
+    def _generate(self, n: int) -> int:
+        """Extend the continuation by up to ``n`` draft tokens, greedily (the last one is
+        not evaluated: a later step does that, or drops it); returns how many tokens the
+        draft context evaluated to catch up first."""
+        full = self._window()
+        n = min(n, self.ctx.n_ctx - len(full) + 1)
+        out = self.ctx.prefill(full, fn=self._pick)
+        synced = self.ctx.last_prefill_evaluated
+        for i in range(n):
+            t, conf = out
+            if self.ctx.is_eog(t):
+                self._ended = True
+                break
+            if self.p_min > 0 and conf < self.p_min:
+                self._halted = True
+                break
+            self._dtoks.append(t)
+            self._dtext += self.dtok.token_bytes(t)
+            self._dends.append(len(self._dtext))
+            self.last_generated += 1
+            if i + 1 < n:
+                out = self.ctx.eval([t], all_rows=False, fn=self._pick)
+        return synced
+
+    def _to_target(self, text: bytearray, cont: bytes, ended: bool) -> list[int]:
         """Target tokens for ``cont`` after ``text``: a window of the target's last tokens
         plus the continuation, re-tokenized and cut at the end of the accepted text."""
         if not cont:
             return []
         if not ended:
             cont = cont[: complete_utf8(cont)]
-        n = len(self._seq)
-        a = max(0, n - self.target_lookbehind)
-        while a > 0 and self._ends[a - 1] < len(text) and _is_continuation(text[self._ends[a - 1]]):
+        tends = self._target.ends
+        a = max(0, len(tends) - self.target_lookbehind)
+        while a > 0 and tends[a - 1] < len(text) and is_continuation(text[tends[a - 1]]):
             a -= 1
-        for start in (self._ends[a - 1] if a else 0, len(text)):
-            window = text[start:]
+        for start in (tends[a - 1] if a else 0, len(text)):
+            window = bytes(text[start:])
             got = tokenize_span(self.ttok, window + cont)
             if got is None:
                 continue

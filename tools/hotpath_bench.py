@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""The fast-step benchmark: what Python costs per step of the speculative loop, with
+SmolLM2-135M as the target (a ~10 ms step here, GPU-like), before and after a change,
+in one run. A benchmark tool, not a timed test.
+
+    .venv/bin/python tools/hotpath_bench.py                          # this checkout only
+    .venv/bin/python tools/hotpath_bench.py --before /tmp/hotpath-before --rounds 5
+    .venv/bin/python tools/hotpath_bench.py --configs none,ngram --tokens 160 --json out.json
+    .venv/bin/python tools/hotpath_bench.py --sampling 150    # in-place argmax vs llama.cpp's backend sampler
+
+``--before DIR`` names another checkout (a folder holding ``app/``, e.g. made with
+``git archive main app | tar -x -C DIR``); its runs alternate with this checkout's,
+round by round, in fresh processes (one per checkout and round, the order swapped
+every round), so both see the same load and the ratios come from one run.
+
+Per configuration (none, ngram auto, draft k=4 and hybrid k=4 with SmolLM2 drafting
+for itself, the same draft with p-min 0 (no softmax per drafted token), translated k=4
+with SmolLM2 drafting for Qwen2.5-Coder-0.5B; p-min 0.75 elsewhere, T = 0) and per
+answer of ``--tokens`` tokens it measures, independently of the code under test:
+
+- the Python overhead per step: the decode loop's wall time minus the time spent
+  inside ``llama_decode`` and ``llama_get_logits`` (wrapped here, the same way for both
+  checkouts, so a logits copy or an argmax in numpy counts as Python, as it is), in ms
+  and as a share of the loop; the same in thread CPU time (Python runs on the calling thread, and so does
+  llama.cpp with one thread), which a loaded machine disturbs far less than wall time;
+- the logits bytes copied out of llama.cpp per step (the engine's own counter, or the
+  size of the rows its ``_decode`` returned, for a checkout without one);
+- the cost of a drafted token in draft steps: the proposer's seconds per drafted
+  (target) token over the draft model's own single-token step, measured in the same
+  answers (the median of its one-token ``llama_decode`` calls); for translated also
+  per token the draft model generated in its own vocabulary.
+
+Every figure is the median over the answers with its spread (min-max); each
+checkout's first answer per configuration warms up and is not counted. The last
+table projects the overhead onto a GPU whose target step takes 3 ms: the native time
+of a step scaled by 3 ms over the target's measured step, Python's time as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ("none", "ngram", "draft", "draft-pmin0", "hybrid", "translated")
+GPU_STEP_MS = 3.0
+
+# An answer of 160 tokens or more from SmolLM2, with the repetition code has (what n-gram lookups are for).
+PROMPT = "Write a Python class for a bank account with deposit, withdraw and a transaction history, with docstrings."
+
+
+# -- the worker: one checkout, in its own process ----------------------------------------------
+
+
+class NativeClock:
+    """Wall and thread CPU seconds inside llama_decode, per context, and the single-token
+    calls' wall seconds (a model's own step)."""
+
+    def __init__(self) -> None:
+        import llama_cpp
+
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.calls: dict[int, int] = {}
+        self.singles: dict[int, list[float]] = {}
+        orig = llama_cpp.llama_decode
+
+        def timed(ctx, batch):
+            c0 = time.thread_time()
+            t0 = time.perf_counter()
+            rc = orig(ctx, batch)
+            dt = time.perf_counter() - t0
+            self.wall += dt
+            self.cpu += time.thread_time() - c0
+            key = int(ctx or 0)
+            self.calls[key] = self.calls.get(key, 0) + 1
+            if batch.n_tokens == 1:
+                self.singles.setdefault(key, []).append(dt)
+            return rc
+
+        llama_cpp.llama_decode = timed
+        # Reading the rows starts with llama_get_logits, which waits for the decode to
+        # finish (on a GPU it is asynchronous): native time too, in both checkouts.
+        get = llama_cpp.llama_get_logits
+
+        def timed_get(ctx):
+            c0 = time.thread_time()
+            t0 = time.perf_counter()
+            out = get(ctx)
+            self.wall += time.perf_counter() - t0
+            self.cpu += time.thread_time() - c0
+            return out
+
+        llama_cpp.llama_get_logits = timed_get
+
+    def snapshot(self) -> tuple[float, float, float, float]:
+        return time.perf_counter(), time.thread_time(), self.wall, self.cpu
+
+
+def _copied_bytes_counter():
+    """Bytes of logits copied out of llama.cpp: the contexts' own counter where they
+    have one, else the size of every row array Context._decode returns (a checkout
+    from before the counter, whose _decode copied every row it asked for)."""
+    import numpy as np
+
+    from specdesk.engine import context as context_mod
+
+    total = [0]
+    orig = context_mod.Context._decode
+
+    def counted(self, *args):
+        rows = orig(self, *args)
+        if isinstance(rows, np.ndarray):
+            total[0] += rows.nbytes
+        return rows
+
+    context_mod.Context._decode = counted
+
+    def copied(ctxs) -> int:
+        own = [getattr(c, "logits_bytes_copied", None) for c in ctxs]
+        return sum(own) if None not in own else total[0]
+
+    return copied
+
+
+def _generated_counter():
+    """Draft-vocabulary tokens the translated proposer generated (its last_generated)."""
+    from specdesk.speculative.proposers import translated
+
+    total = [0]
+    orig = translated.TranslatedDraftProposer.propose
+
+    def counted(self, *a, **kw):
+        d = orig(self, *a, **kw)
+        total[0] += self.last_generated
+        return d
+
+    translated.TranslatedDraftProposer.propose = counted
+    return total
+
+
+def _sessions(args):
+    from specdesk.session import ModelSpec, Session
+
+    def spec(p):
+        return ModelSpec(Path(p), n_ctx=args.ctx, threads=args.threads)
+
+    out = {}
+    want = set(args.configs)
+    if want & {"none", "ngram"}:
+        out["alone"] = Session.load(spec(args.target), remember_costs=False)
+    if want & {"draft", "draft-pmin0", "hybrid"}:
+        out["self"] = Session.load(spec(args.target), spec(args.target), remember_costs=False)
+    if "translated" in want:
+        out["translated"] = Session.load(spec(args.translated_target), spec(args.target), remember_costs=False,
+                                         translate=True)
+    return out
+
+
+def _config(name: str, tokens: int):
+    from specdesk.session import GenerationConfig
+
+    k = "auto" if name in ("none", "ngram") else 4
+    proposer = {"translated": "draft", "draft-pmin0": "draft"}.get(name, name)
+    return GenerationConfig(proposer=proposer, k=k, max_tokens=tokens, p_min=0.0 if name == "draft-pmin0" else 0.75)
+
+
+def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
+    from specdesk.speculative import decoder
+
+    ctxs = [session.target.ctx] + ([session.draft.ctx] if session.draft is not None else [])
+    marks = {}
+    orig = decoder._Loop.read_prompt
+
+    def read_prompt(self, cancel):
+        orig(self, cancel)
+        marks["start"] = clock.snapshot()
+
+    decoder._Loop.read_prompt = read_prompt
+    try:
+        b0, g0 = copied(ctxs), generated[0]
+        draft_key = int(session.draft.ctx._ctx) if session.draft is not None else None
+        calls0 = clock.calls.get(draft_key, 0)
+        last = None
+        tokens = []
+        for step in session.generate(prompt, config):
+            tokens.extend(t.token for t in step.tokens)
+            last = step
+        end = clock.snapshot()
+    finally:
+        decoder._Loop.read_prompt = orig
+    st = last.stats
+    t0, c0, nw0, nc0 = marks["start"]
+    t1, c1, nw1, nc1 = end
+    steps = max(1, st.steps)
+    wall, native = t1 - t0, nw1 - nw0
+    return {
+        "steps": st.steps,
+        "generated": st.generated,
+        "drafted": st.drafted,
+        "accepted": st.accepted,
+        "loop_ms": 1e3 * wall / steps,
+        "native_ms": 1e3 * native / steps,
+        "overhead_ms": 1e3 * (wall - native) / steps,
+        "overhead_share": (wall - native) / wall if wall > 0 else 0.0,
+        "overhead_cpu_ms": 1e3 * ((c1 - c0) - (nc1 - nc0)) / steps,
+        "bytes_per_step": (copied(ctxs) - b0) / steps,
+        "draft_seconds": st.draft_seconds,
+        "draft_generated": generated[0] - g0,
+        "draft_calls": clock.calls.get(draft_key, 0) - calls0,
+        "tokens": tokens,
+    }
+
+
+def worker(args) -> int:
+    clock = NativeClock()
+    copied = _copied_bytes_counter()
+    generated = _generated_counter()
+    sessions = _sessions(args)
+    out = {"configs": {}}
+    for name in args.configs:
+        session = sessions["alone" if name in ("none", "ngram") else "translated" if name == "translated" else "self"]
+        prompt = session.chat_prompt([{"role": "user", "content": PROMPT}])
+        config = _config(name, args.tokens)
+        answers = []
+        for i in range(args.answers + 1):
+            session.reset()  # every answer reads its prompt the same way
+            a = _one_answer(session, config, prompt, clock, copied, generated)
+            if i:
+                answers.append(a)
+        tkey = int(session.target.ctx._ctx)
+        dkey = int(session.draft.ctx._ctx) if session.draft is not None else None
+        out["configs"][name] = {
+            "answers": answers,
+            "target_step_ms": 1e3 * statistics.median(clock.singles.get(tkey, [0.0])),
+            "draft_step_ms": 1e3 * statistics.median(clock.singles[dkey]) if dkey in clock.singles else None,
+        }
+    for s in sessions.values():
+        s.close()
+    json.dump(out, sys.stdout)
+    return 0
+
+
+# -- greedy verification: an argmax in place, or llama.cpp's backend sampler ------------------
+
+
+def sampling_check(args) -> int:
+    """The two ways to verify greedily without copying rows, on one model, interleaved:
+    the argmax computed in NumPy over the ctypes buffer (what the engine does), and
+    llama.cpp's greedy backend sampler (an argmax in the graph, read with
+    llama_get_sampled_token_ith; it also spares llama.cpp the copy of the rows to its
+    output buffer). Each pair of verifies of ``rows`` tokens is timed in thread CPU
+    (decode and reading the argmax together); the paired ratio's median and IQR."""
+    import ctypes
+
+    import llama_cpp
+    import numpy as np
+
+    from specdesk.engine.model import Model
+
+    model = Model(args.target)
+    n_vocab = model.n_vocab
+    keep = []
+
+    def context(backend: bool):
+        p = llama_cpp.llama_context_default_params()
+        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = 1024, 512, 512, 1
+        p.n_threads = p.n_threads_batch = args.threads
+        p.no_perf = True
+        p.n_outputs_max_per_seq = 16
+        if backend:
+            chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            cfg = (llama_cpp.llama_sampler_seq_config * 1)()
+            cfg[0].seq_id, cfg[0].sampler = 0, ctypes.cast(chain, ctypes.c_void_p)
+            p.samplers, p.n_samplers = ctypes.cast(cfg, ctypes.POINTER(llama_cpp.llama_sampler_seq_config)), 1
+            keep.append((chain, cfg))
+        ctx = llama_cpp.llama_init_from_model(model.ptr, p)
+        batch = llama_cpp.llama_batch_init(512, 0, 1)
+        for i in range(512):
+            batch.seq_id[i][0], batch.n_seq_id[i] = 0, 1
+        return ctx, batch, llama_cpp.llama_get_memory(ctx)
+
+    toks = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
+    start = len(toks) - 5
+
+    def decode(c, tokens, p0, every):
+        ctx, batch, _ = c
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.logits[i] = t, p0 + i, int(every or i == len(tokens) - 1)
+        batch.n_tokens = len(tokens)
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise SystemExit("llama_decode failed")
+
+    in_place, backend = context(False), context(True)
+    for c in (in_place, backend):
+        decode(c, toks[:start], 0, False)
+
+    def verify_in_place(n):
+        llama_cpp.llama_memory_seq_rm(in_place[2], 0, start, -1)
+        decode(in_place, toks[start : start + n], start, True)
+        addr = ctypes.addressof(llama_cpp.llama_get_logits(in_place[0]).contents)
+        rows = np.frombuffer((ctypes.c_float * (n * n_vocab)).from_address(addr), dtype=np.float32)
+        return rows.reshape(n, n_vocab).argmax(axis=-1).tolist()
+
+    def verify_backend(n):
+        llama_cpp.llama_memory_seq_rm(backend[2], 0, start, -1)
+        decode(backend, toks[start : start + n], start, True)
+        return [llama_cpp.llama_get_sampled_token_ith(backend[0], i) for i in range(n)]
+
+    print(f"greedy verification on {Path(args.target).name}, {args.threads} thread(s), {args.sampling} pairs a size "
+          f"(load {os.getloadavg()[0]:.1f}): thread CPU ms per verify, median [IQR]")
+    for n in (1, 5):
+        if verify_in_place(n) != verify_backend(n):
+            raise SystemExit("the two argmaxes differ")
+        cpu: dict[str, list[float]] = {"in place": [], "backend": []}
+        for r in range(args.sampling):
+            pair = (("in place", verify_in_place), ("backend", verify_backend))
+            for name, f in pair if r % 2 else pair[::-1]:
+                c0 = time.thread_time()
+                f(n)
+                cpu[name].append(1e3 * (time.thread_time() - c0))
+        ratio = [b / a for a, b in zip(cpu["in place"], cpu["backend"])]
+
+        def q(xs):
+            lo, mid, hi = np.percentile(xs, [25, 50, 75])
+            return f"{mid:.3f} [{lo:.3f}-{hi:.3f}]"
+
+        print(f"  {n} row(s): argmax in place {q(cpu['in place'])}, backend sampler {q(cpu['backend'])}; "
+              f"backend / in place, paired: {q(ratio)}")
+    return 0
+
+
+# -- the parent: rounds of fresh workers, the tables ------------------------------------------
+
+
+def _run_worker(tree: Path, args, configs: list[str]) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree / "app")
+    tmp = tempfile.mkdtemp(prefix="hotpath-bench-")
+    env["SPECDESK_DATA_DIR"] = os.path.join(tmp, "data")
+    env["SPECDESK_CACHE_DIR"] = os.path.join(tmp, "cache")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--configs", ",".join(configs),
+           "--tokens", str(args.tokens), "--answers", str(args.answers), "--threads", str(args.threads),
+           "--ctx", str(args.ctx), "--target", str(args.target), "--translated-target", str(args.translated_target)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tree))
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise SystemExit(f"the worker for {tree} failed ({p.returncode})")
+    return json.loads(p.stdout)
+
+
+def _med(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    m = statistics.median(xs)
+    return f"{m:.3f} [{min(xs):.3f}-{max(xs):.3f}]"
+
+
+def _collect(results: list[dict], name: str) -> dict[str, list[float]]:
+    """Per answer figures over every round of one checkout."""
+    out: dict[str, list] = {}
+    for r in results:
+        c = r["configs"].get(name)
+        if c is None:
+            continue
+        for a in c["answers"]:
+            for key in ("overhead_ms", "overhead_share", "overhead_cpu_ms", "bytes_per_step", "loop_ms", "native_ms"):
+                out.setdefault(key, []).append(a[key])
+            step = c["draft_step_ms"]
+            if step and a["drafted"]:
+                out.setdefault("drafted_cost", []).append(1e3 * a["draft_seconds"] / a["drafted"] / step)
+                if a["draft_generated"]:
+                    out.setdefault("generated_cost", []).append(1e3 * a["draft_seconds"] / a["draft_generated"] / step)
+                out.setdefault("calls_per_drafted", []).append(a["draft_calls"] / a["drafted"])
+            out.setdefault("target_step_ms", []).append(c["target_step_ms"])
+            out.setdefault("accept", []).append(a["accepted"] / a["drafted"] if a["drafted"] else None)
+    return out
+
+
+def report(trees: dict[str, list[dict]], configs: list[str]) -> dict:
+    rows = {}
+    labels = list(trees)
+    print("Python overhead per step (decode loop wall minus llama_decode), median [min-max] over answers")
+    head = f"{'config':<11}" + "".join(f"{lab + ' ms':>27}{lab + ' share':>23}" for lab in labels)
+    if len(labels) == 2:
+        head += f"{'ratio':>8}"
+    print(head)
+    for name in configs:
+        per = {lab: _collect(res, name) for lab, res in trees.items()}
+        rows[name] = per
+        line = f"{name:<11}"
+        for lab in labels:
+            line += f"{_med(per[lab].get('overhead_ms', [])):>27}"
+            sh = [100 * x for x in per[lab].get("overhead_share", [])]
+            line += f"{_med(sh) + '%':>23}"
+        if len(labels) == 2:
+            a = per[labels[0]].get("overhead_ms")
+            b = per[labels[1]].get("overhead_ms")
+            if a and b:
+                line += f"{statistics.median(b) / statistics.median(a):8.2f}"
+        print(line)
+    sections = (
+        ("overhead_cpu_ms", "Python overhead per step in thread CPU ms (less disturbed by load)"),
+        ("bytes_per_step", "logits bytes copied out of llama.cpp per step"),
+        ("drafted_cost", "a drafted (target) token's proposer time, in the draft model's own steps"),
+        ("generated_cost", "a token the draft generated (its own vocabulary), in the draft model's own steps"),
+        ("calls_per_drafted", "draft llama_decode calls per drafted (target) token"),
+        ("accept", "acceptance"),
+        ("target_step_ms", "the target's own step, ms (its one-token llama_decode calls)"),
+    )
+    for key, title in sections:
+        print(f"\n{title}")
+        for name in configs:
+            vals = [(lab, rows[name][lab].get(key)) for lab in labels]
+            if not any(v for _, v in vals):
+                continue
+            print(f"{name:<11}" + "".join(f"{lab}: {_med(v or []):<28}" for lab, v in vals))
+    print(f"\nAt a {GPU_STEP_MS:g} ms GPU target step (native time scaled by {GPU_STEP_MS:g} ms / the target's step here, "
+          "Python as measured): the share of each step Python would take")
+    for name in configs:
+        line = f"{name:<11}"
+        for lab in labels:
+            r = rows[name][lab]
+            if not r.get("overhead_ms"):
+                continue
+            o = statistics.median(r["overhead_ms"])
+            native = statistics.median(r["native_ms"]) * GPU_STEP_MS / statistics.median(r["target_step_ms"])
+            line += f"{lab}: {o:.3f} ms of {native + o:.2f} ms = {100 * o / (native + o):5.1f}%    "
+        print(line)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", type=Path, help="another checkout (a folder with app/) to compare with")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--answers", type=int, default=3, help="answers per configuration per round (after a warm-up)")
+    ap.add_argument("--tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--target", type=Path, default=ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--translated-target", type=Path, default=ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--json", type=Path, help="write every answer's figures here")
+    ap.add_argument("--sampling", type=int, metavar="PAIRS", default=0,
+                    help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.configs = [c for c in args.configs.split(",") if c]
+    bad = [c for c in args.configs if c not in CONFIGS]
+    if bad:
+        ap.error(f"unknown configuration {bad[0]!r}: choose from {', '.join(CONFIGS)}")
+    if args.sampling:
+        return sampling_check(args)
+    if args.worker:
+        return worker(args)
+    args.target, args.translated_target = args.target.resolve(), args.translated_target.resolve()
+    trees = {"after": ROOT}
+    if args.before:
+        if not (args.before / "app" / "specdesk").is_dir():
+            ap.error(f"{args.before} holds no app/specdesk")
+        trees = {"before": args.before.resolve(), "after": ROOT}
+    results: dict[str, list[dict]] = {lab: [] for lab in trees}
+    load = os.getloadavg()[0]
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for lab in order:
+            results[lab].append(_run_worker(trees[lab], args, args.configs))
+        print(f"round {r + 1}/{args.rounds} done (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+    print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}; {args.threads} thread(s), "
+          f"{args.tokens} tokens an answer, {args.rounds} rounds x {args.answers} answers\n")
+    report(results, args.configs)
+    if args.json:
+        args.json.write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
