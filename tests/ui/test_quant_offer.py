@@ -53,9 +53,13 @@ def test_the_advice_offers_the_published_quant_and_opens_its_download(qtbot, tmp
         tab.repeats.setValue(1)
         tab.max_tokens.setValue(16)
         tab.use_advisor.setChecked(True)
-        with qtbot.waitSignal(tab.finished, timeout=600_000) as blocker:
-            tab.run_btn.click()
-        res = blocker.args[0]
+        done, errors = [], []
+        tab.finished.connect(done.append)
+        tab.error.connect(errors.append)  # a failed comparison ends the test with its message, not a timeout
+        tab.run_btn.click()
+        qtbot.waitUntil(lambda: bool(done or errors), timeout=600_000)
+        assert not errors, errors
+        res = done[0]
         assert res["advisor"]["calibration"]["quant_upgrade"]["current"] == "Q4_1"
         pub = res["published_quant"]
         assert pub is not None, res.get("published_quant_note")

@@ -786,6 +786,14 @@ class AutoK:
             d["outcomes"] = out
         return d
 
+    def reseeded(self) -> None:
+        """The costs changed outside this controller's own measurements (a
+        calibration seeded them): the prior's predictions are made again from them.
+        The outcomes stay: they are what drafting really cost, and they judge."""
+        self._priors.clear()
+        self._estimates.clear()
+        self._pooled.clear()
+
     def restore_costs(self, state: dict, weight: int = 4) -> None:
         """Start from what :meth:`saved_costs` saved, each cost and outcome counted as at
         most ``weight`` steps, so this session's own soon outweigh them."""
