@@ -62,7 +62,7 @@ from ..session.text import (
     speed_verdict_text,
     speedup_text,
     stopping_text,
-    verdict_label,
+    VERDICT_LABELS,
     verdict_text,
 )
 from .replay import RaceView
@@ -84,7 +84,7 @@ COLUMN_TIPS = ["", "decode tokens per second", "tok/s against target alone, pair
                "the advisor's predicted speedup", "acceptance rate of drafted tokens",
                "tokens per target step (1 for target alone)", "memory the draft adds",
                "whether the output equals target alone's at temperature 0"]
-SPEEDUP, VERDICT, PREDICTED, IDENTITY = 2, 3, 4, 8
+SPEEDUP, VERDICT, PREDICTED, MEMORY, IDENTITY = 2, 3, 4, 7, 8
 
 
 class CompareTab(QWidget):
@@ -123,6 +123,11 @@ class CompareTab(QWidget):
         cl.addWidget(self._build_prompts())
         cl.addWidget(self._build_configs())
         cl.addWidget(self._build_run())
+        # Run, Cancel, Save, the progress and the status stay in view below the form,
+        # which scrolls on a small screen
+        pinned = QWidget()
+        pl = QVBoxLayout(pinned)
+        pl.setContentsMargins(0, 4, 4, 0)
         row = QHBoxLayout()
         self.run_btn = QPushButton("Run comparison")
         self.run_btn.setObjectName("runCompareButton")
@@ -137,16 +142,16 @@ class CompareTab(QWidget):
         self.save_btn.setEnabled(False)
         for b in (self.run_btn, self.cancel_btn, self.save_btn):
             row.addWidget(b)
-        cl.addLayout(row)
+        pl.addLayout(row)
         self.progress = QProgressBar()
         self.progress.setObjectName("compareProgress")
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
-        cl.addWidget(self.progress)
+        pl.addWidget(self.progress)
         self.status = QLabel("Load a pair, choose prompts and configurations, then run.")
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
-        cl.addWidget(self.status)
+        pl.addWidget(self.status)
         self.advice = self._note("adviceLabel", "padding:6px; background:#f1f3f5; border-radius:4px;")
         cl.addWidget(self.advice)
         self.quant_btn = QPushButton("Download…")
@@ -164,8 +169,15 @@ class CompareTab(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setFixedWidth(340)
-        return scroll
+        left = QWidget()
+        left.setObjectName("compareLeft")
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(0)
+        ll.addWidget(scroll, 1)
+        ll.addWidget(pinned)
+        left.setFixedWidth(340)
+        return left
 
     @staticmethod
     def _note(name: str, style: str) -> QLabel:
@@ -300,9 +312,9 @@ class CompareTab(QWidget):
         self.chart.setTitle("speedup, 95% interval · blue: predicted", size="9pt")
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
-        self.chart.setMinimumWidth(200)
+        self.chart.setMinimumWidth(180)
         self.chart.setMaximumWidth(300)
-        tl.addWidget(self.chart, 1)
+        tl.addWidget(self.chart, 0)
         results.addWidget(top)
         self.race = RaceView()
         # the answers side by side (one column per configuration), as the tests and tools find them
@@ -475,9 +487,9 @@ class CompareTab(QWidget):
         mem = res.get("memory") or {}
         extra = "—"
         if c != "none" and needs_draft_model(c.split(":")[0]):
-            extra = f"+{format_bytes(mem.get('extra_ram_bytes'))} RAM"
+            extra = f"+{format_bytes(mem.get('extra_ram_bytes'))}"
             if mem.get("extra_vram_bytes"):
-                extra += f", +{format_bytes(mem.get('extra_vram_bytes'))} VRAM"
+                extra += f" (+{format_bytes(mem.get('extra_vram_bytes'))} VRAM)"
         elif c != "none":
             extra = "none (no draft)"
         ident, tip = self._identity(res, row)
@@ -485,7 +497,7 @@ class CompareTab(QWidget):
             c if c != "none" else "target alone",
             f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
             speedup_text(row),
-            verdict_label(row),
+            VERDICT_LABELS.get(verdict or "", "–"),  # the smallest difference it could see: in the tooltip
             f"{pred:.2f}×" if pred else "–",
             f"{100 * row['acceptance']:.0f}%" if row["acceptance"] is not None else "–",
             f"{row['mean_accepted_length']:.2f}" if row["mean_accepted_length"] else "–",
@@ -494,6 +506,7 @@ class CompareTab(QWidget):
         ]
         items = [QTableWidgetItem(text) for text in cells]
         items[IDENTITY].setToolTip(tip)
+        items[MEMORY].setToolTip("the draft model's extra memory: RAM (and VRAM where it is offloaded)")
         if pred and row.get("speedup_ci"):
             items[PREDICTED].setToolTip(prediction_text(pred, row))
         if c != "none":
