@@ -313,7 +313,7 @@ class CompareTab(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumWidth(180)
-        self.chart.setMaximumWidth(300)
+        self.chart.setMaximumWidth(230)  # the table's nine columns come first on a 1280-pixel screen
         tl.addWidget(self.chart, 0)
         results.addWidget(top)
         self.race = RaceView()
