@@ -6,13 +6,16 @@ the loop: the draft's catch-up after each correction, the caches the two models 
 from each other, the Python around every step and whatever else shares the cores are
 in no isolated call. So the advisor predicts a configuration's speedup from the loop
 itself: target alone (``none``) and every candidate configuration generate a short
-greedy answer (48 tokens) to each calibration prompt through the same decode loop
+greedy answer (48 tokens) to each of three calibration prompts through the same decode loop
 users run (:meth:`Session.run`), interleaved and rotated round after round as the
 benchmark runner does (:func:`specdesk.bench.runner.schedule_round`), at least
 ``min_repeats`` rounds and more until every interval is within ``half_width`` or the
 time budget is spent. A configuration's prediction is its paired speedup over target
-alone (decode tokens/s, prompt excluded), with the 95% interval and verdict of
-:func:`specdesk.bench.stats.paired_speedup`.
+alone (decode tokens/s, prompt excluded, and the last step too: :func:`steady_rate`),
+with a 95% interval and verdict from :func:`specdesk.bench.stats.paired_speedup`: the
+wider of the repeats' interval (noise) and the prompts' (a user's next prompt is none of
+these; its speedup differs from theirs as theirs differ from each other). Rounds stop
+on the repeats' width: more repeats cannot narrow how prompts differ.
 
 The calibration prompts are not any built-in suite's, so a benchmark on those suites
 checks the predictions on prompts the calibration never saw.
@@ -37,15 +40,19 @@ from ..speculative.controller import AutoK
 from ..speculative.sampling import SamplingParams
 from . import stats
 from .configs import BenchConfig
-from .runner import BASELINE, schedule_round, summarize
+from .runner import BASELINE, paired_ratios, schedule_round, summarize
 from .suites import Prompt, Suite
 
 Progress = Callable[[str, float], None]
 
-# Short, everyday requests of two kinds (code, prose), none of them a built-in suite's.
+# Short, everyday requests of three kinds (code, an edit, prose), none of them a
+# built-in suite's: the speedup moves from prompt to prompt, and three show by how much.
 CALIBRATION_PROMPTS = (
     Prompt("cal-code", "Write a Python function that returns the n-th Fibonacci number iteratively, "
            "with a docstring and two doctest examples.", "calibration"),
+    Prompt("cal-edit", "Change this function so that it returns None instead of raising on an empty list, and "
+           "reply with the code only:\n\ndef first(xs):\n    if not xs:\n        raise ValueError('empty')\n"
+           "    return xs[0]", "calibration"),
     Prompt("cal-prose", "In a short paragraph, explain to a new employee why backups should be tested "
            "by restoring them, not only by checking that they exist.", "calibration"),
 )
@@ -173,7 +180,7 @@ def run_loop(
             target.reset()
             gen = target.run(tokens[prompt.id], c.generation(SamplingParams(), options.max_tokens, r))
             runs.append({"suite": suite.name, "prompt_id": prompt.id, "repeat": r, "config": c.name,
-                         "stats": gen.stats.to_dict(), "identical": None})
+                         "stats": dict(gen.stats.to_dict(), tokens_per_second=steady_rate(gen.steps)), "identical": None})
         r += 1
         rows = summarize(runs, names, turns=False)["overall"]
         elapsed = clock() - start
@@ -187,7 +194,34 @@ def run_loop(
             reason = "time"
             break
     target.reset()
-    rows = summarize(runs, names, turns=False)["overall"]
-    return LoopCalibration(names, {row["config"]: row for row in rows}, r, len(runs), clock() - start, reason,
-                           options.max_tokens, [p.id for p in suite.prompts])
+    rows = {row["config"]: row for row in summarize(runs, names, turns=False)["overall"]}
+    for c in names[1:]:
+        rows[c] = _for_other_prompts(rows[c], paired_ratios(runs, c))
+    return LoopCalibration(names, rows, r, len(runs), clock() - start, reason, options.max_tokens,
+                           [p.id for p in suite.prompts])
 
+
+def _for_other_prompts(row: dict, ratios: dict) -> dict:
+    """A configuration's row with an interval for prompts the calibration did not run:
+    the wider of the repeats' interval (how sure these prompts' speedup is) and the
+    prompts' (how much the speedup moves from one prompt to the next: each prompt's
+    mean ratio taken as one sample of the prompts a user may send)."""
+    per_prompt = [[math.exp(sum(math.log(x) for x in v) / len(v))] for v in ratios.values() if v]
+    prompts = stats.paired_speedup(per_prompt)
+    ci, pci = row.get("speedup_ci"), prompts.ci
+    if ci is None or pci is None:
+        return dict(row, repeats_ci=ci, prompts_ci=pci)
+    wide = (min(ci[0], pci[0]), max(ci[1], pci[1]))
+    return dict(row, speedup_ci=list(wide), verdict=stats.verdict_of(wide), repeats_ci=ci, prompts_ci=list(pci),
+                detectable=max(row.get("detectable") or 0.0, prompts.detectable or 0.0))
+
+
+def steady_rate(steps) -> float | None:
+    """Decode tokens per second of a run without its last step: the answer's end cuts
+    that step's draft short (it emits fewer tokens for about a whole step's cost),
+    which weighs on a 48-token run several times as much as on a longer answer."""
+    last = max((i for i, st in enumerate(steps) if st.tokens), default=-1)
+    if last < 2:
+        return steps[-1].stats.tokens_per_second if steps else None
+    before = steps[last - 1].stats
+    return before.generated / before.decode_seconds if before.decode_seconds > 0 else None
