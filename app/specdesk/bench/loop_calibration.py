@@ -172,11 +172,11 @@ def run_loop(
     reason, r = "repeats", 0
     while r < options.max_repeats:
         for _, prompt, _, _, c in schedule_round([suite], configs, r):
-            if cancel is not None and cancel():
-                raise Cancelled("the advisor's calibration was cancelled")
             if progress is not None:
                 progress(advisor_progress_text(c.name, r + 1, options.min_repeats, options.max_repeats),
                          len(runs) / (per_round * options.max_repeats))
+            if cancel is not None and cancel():  # after the progress: a cancel it prompted stops this run
+                raise Cancelled("the advisor's calibration was cancelled")
             target.reset()
             gen = target.run(tokens[prompt.id], c.generation(SamplingParams(), options.max_tokens, r))
             runs.append({"suite": suite.name, "prompt_id": prompt.id, "repeat": r, "config": c.name,
