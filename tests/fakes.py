@@ -44,6 +44,28 @@ class FakeModel:
         return self.table[a, b]
 
 
+class PositionalModel:
+    """Logits that depend on the two previous tokens and on the position (modulo
+    ``period``), so that a greedy answer does not fall into a short cycle: a draft of
+    it (``base`` plus noise) agrees at a steady rate, as on real text, instead of
+    always (or never) once the answer repeats itself."""
+
+    def __init__(self, n_vocab: int = 32, seed: int = 0, scale: float = 2.0, period: int = 97,
+                 base: PositionalModel | None = None, noise: float = 0.0) -> None:
+        rng = np.random.default_rng(seed)
+        if base is None:
+            self.table = rng.normal(0.0, scale, size=(n_vocab, n_vocab, period, n_vocab)).astype(np.float32)
+        else:
+            self.table = (base.table + rng.normal(0.0, noise, size=base.table.shape)).astype(np.float32)
+        self.n_vocab = self.table.shape[-1]
+        self.period = self.table.shape[2]
+
+    def logits(self, history: Sequence[int]) -> np.ndarray:
+        a = history[-2] if len(history) >= 2 else 0
+        b = history[-1] if len(history) >= 1 else 0
+        return self.table[a, b, len(history) % self.period]
+
+
 class ScriptedModel:
     """Logits that make ``answer`` the greedy continuation of ``prompt``: the token at
     answer position i leads by ``margin`` (any other history: the first token leads)."""
@@ -321,3 +343,77 @@ class NoisyBenchTarget:
 
     def memory(self) -> dict:
         return {"target_bytes": 100, "draft_bytes": 0, "extra_ram_bytes": 0, "extra_vram_bytes": 0}
+
+
+class _Role:
+    """A loaded model as a Session holds one: the context (a FakeBackend), what the
+    session asks of the model, its spec."""
+
+    def __init__(self, ctx: FakeBackend, name: str, nbytes: int) -> None:
+        from pathlib import Path
+        from types import SimpleNamespace
+
+        self.ctx = ctx
+        ctx.threads = 2
+        self.model = SimpleNamespace(n_vocab=ctx.n_vocab, kv_bytes_per_token=lambda: 28 * 1024.0)
+        self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0)
+        self.nbytes = nbytes
+
+
+class FakeSession:
+    """A real :class:`specdesk.session.core.Session` over two fake backends whose eval
+    calls cost scripted seconds on one FakeClock (``profile``: seconds per call of n
+    tokens, for the target and for the draft, as in test_controller_machines), with a
+    shared machine's noise (each run's load is lognormal, ``run_noise``) and the costs
+    no isolated call shows (``rollback_cost``, ``switch_cost``, see FakeBackend). Its
+    runs go through the real decode loop on the scripted clock; prompts are tokens of
+    their text. Build it with :func:`fake_session`."""
+
+
+def fake_session(profile, *, noise: float = 0.3, run_noise: float = 0.0, rollback_cost: float = 0.0,
+                 switch_cost: float = 0.0, seed: int = 0, n_vocab: int = 16, draft: bool = True):
+    from specdesk.session import Generation
+    from specdesk.session.core import Session
+    from specdesk.speculative.decoder import speculate
+
+    clock = FakeClock()
+    load = [1.0]
+    tm = PositionalModel(n_vocab=n_vocab, seed=0)
+    t = FakeBackend(tm, clock=clock, cost=lambda n: load[0] * profile[0](n), rollback_cost=rollback_cost,
+                    switch_cost=switch_cost)
+    d = None
+    if draft:
+        d = FakeBackend(PositionalModel(base=tm, seed=1, noise=noise), clock=clock, cost=lambda n: load[0] * profile[1](n),
+                        switch_cost=switch_cost)
+    rng = np.random.default_rng(seed)
+
+    class _FakeSession(Session, FakeSession):
+        def chat_prompt(self, messages, cancel=None):
+            text = "\n".join(m["content"] for m in messages)
+            return [1 + (ord(ch) * 7 + i) % (n_vocab - 1) for i, ch in enumerate(text)][-40:]
+
+        def warm_up(self, n: int = 8) -> None:
+            pass
+
+        def memory(self, roles=("target", "draft")):
+            from types import SimpleNamespace
+
+            roles_ = {"target": self.target, "draft": self.draft}
+
+            def model(role):
+                lm = roles_.get(role)
+                return None if lm is None else SimpleNamespace(total_bytes=lm.nbytes, n_gpu_layers=0)
+
+            return SimpleNamespace(model=model, rss_bytes=0)
+
+        def run(self, prompt, config, cancel=None):
+            load[0] = float(np.exp(rng.normal(0.0, run_noise))) if run_noise else 1.0
+            self.check_fits(prompt, config.max_tokens)
+            steps = list(speculate(self.target.ctx, self.make_proposer(config), self.make_controller(config), list(prompt),
+                                   params=config.sampling, max_tokens=config.max_tokens,
+                                   rng=np.random.default_rng(config.seed), cancel=cancel, clock=clock))
+            return Generation(steps=steps, config=config, prompt=list(prompt))
+
+    s = _FakeSession(_Role(t, "target", 1 << 30), _Role(d, "draft", 400 << 20) if d is not None else None)
+    s.clock = clock
+    return s

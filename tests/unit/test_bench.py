@@ -241,19 +241,22 @@ def _acceptance(rate, n=200, k=8):
     return acc
 
 
-def test_advice_on_a_cpu_like_machine_says_it_slows_down_and_offers_context():
+def test_advice_on_a_cpu_like_machine_offers_context_instead():
     cal = _cal({b: 0.95 * b for b in range(1, 10)} | {1: 1.0}, draft_per_token=0.6, acceptance=_acceptance(0.85))
     adv = advise(cal)
     assert adv.best == "none"
-    assert "slows this machine down" in adv.text
     assert adv.memory_alternative and f"{int(512 * 2**20 / (28 * 1024)):,} more tokens" in adv.memory_alternative
 
 
-def test_advice_on_a_gpu_like_machine_recommends_drafting():
+def test_the_components_alone_never_say_speculation_pays():
+    """Costs that predict 1.5x and more from the isolated calls, but no run of the loop:
+    the advisor gives the components' figures without an interval, and no verdict
+    (the parts did not add up to the loop on a real CPU: 1.10x predicted, 0.88x measured)."""
     cal = _cal({b: 1.0 + 0.05 * (b - 1) for b in range(1, 10)}, draft_per_token=0.1, acceptance=_acceptance(0.85))
     adv = advise(cal)
-    assert adv.best.startswith("draft:k=") and adv.best_speedup > 1.5
-    assert "pays" in adv.text and adv.memory_alternative is None
+    assert max(r["predicted_speedup"] for r in adv.components) > 1.5
+    assert adv.best == "none" and "does not say speculation pays" in adv.text
+    assert all(r["predicted_ci"] is None and not r["pays"] for r in adv.table)
 
 
 def test_advice_states_the_exact_claim_with_the_measured_drift():

@@ -1,25 +1,31 @@
 """Does speculation pay on this machine, and with which settings?
 
 Speculation pays when the tokens a step emits outweigh what drafting and verifying
-cost. Leviathan et al. give the expected tokens per step; the costs are measured
-here, on the loaded pair, because they decide everything: on a 2-core CPU verifying
-b tokens costs about b single steps, on a GPU about one.
+cost. The isolated costs of the parts (a target step, a verify batch, a draft call)
+do not add up to the loop, though: the draft's catch-up after each correction, the
+caches the two models evict from each other, the Python around every step and
+whatever else shares the cores are in no single call. On a 2-core CPU the parts
+predicted 1.10-1.19x for draft lengths the loop ran at 0.88-0.90x. So the advisor
+predicts from the loop.
 
-``calibrate`` measures, in well under 30 s on a 2-core CPU:
-- one target step (a verify batch of 1) at a realistic context length;
-- a verify batch of b tokens, b = 2..9;
-- a draft-model call that drafts k tokens, k = 1..8 (the draft's own steps plus
-  the Python around them);
-- the draft's acceptance per position, from a short greedy calibration run;
+``calibrate`` measures, on the loaded pair:
+- the components, in seconds: one target step at a realistic context length, a verify
+  batch of b tokens (b = 2..9), a draft-model call that drafts k tokens (k = 1..8),
+  and the draft's acceptance per position from a short greedy run;
 - the target's kernel drift: how far a verify batch of b tokens moves its
   distribution from a single-token step (:mod:`specdesk.speculative.drift`), sized
   to a few seconds from the costs just measured and cached per target setup,
-  machine and llama.cpp build (:mod:`specdesk.session.drift`).
+  machine and llama.cpp build (:mod:`specdesk.session.drift`);
+- the loop (:mod:`specdesk.bench.loop_calibration`): target alone and the candidate
+  configurations, short greedy answers through the real decode loop, interleaved,
+  repeated until their intervals are narrow or the time budget is spent. The
+  components only choose the candidates (k=1 and the two k they rate best).
 
-From these it predicts the speedup of every draft length and proposer, recommends
-one or says plainly that speculation slows this machine down, and then what the
-draft's memory would buy instead. The core's ``auto`` uses the same cost model
-(:mod:`specdesk.speculative.costmodel`), seeded with this calibration.
+A configuration's prediction is its measured paired speedup over target alone, with
+its 95% interval; "pays" only when the whole interval is above 1. The components'
+own figure is kept next to it (``component_predictions``) to show how far the parts
+are from the loop. The core's ``auto`` starts from the component costs
+(:meth:`Session.seed_costs`) and judges by its own outcomes.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,20 +44,35 @@ from ..errors import Cancelled, SpecDeskError
 from ..fmt import format_bytes
 from ..library.quants import QuantUpgrade, upgrade_for
 from ..session import GenerationConfig
+from ..session.drift import PROBE_PROMPT, pair_drift
+from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
 from ..speculative.drift import Drift
 from ..speculative.proposers import DraftModelProposer
 from ..speculative.sampling import SamplingParams
-from ..session.drift import PROBE_PROMPT, pair_drift
-from ..session.text import claim_text, measured_best_text
+from .configs import BenchConfig
+from .loop_calibration import LoopCalibration, LoopOptions, run_loop
+from .runner import SessionTarget
 
 CALIBRATION_PROMPT = PROBE_PROMPT  # the drift probe reads the same text
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
+
+# Shares of the calibration's progress: the components (verify, drift, draft calls,
+# acceptance), then the loop's runs.
+VERIFY_SHARE = 0.12
+DRIFT_SHARE = 0.05
+DRAFT_SHARE = 0.08
+ACCEPTANCE_SHARE = 0.08
+COMPONENTS_SHARE = 0.02 + VERIFY_SHARE + DRIFT_SHARE + DRAFT_SHARE + ACCEPTANCE_SHARE
+
+BEST_KS = 2  # the draft lengths the component costs rate best, tried in the loop (with k=1)
+MAX_LOOP_CONFIGS = 5  # configurations the loop calibration runs besides target alone
+
 
 @dataclass
 class Calibration:
@@ -69,6 +91,8 @@ class Calibration:
     draft_source: str = "draft"
     # the RPC servers the target's layers are on: every target step pays their round trip
     remote: tuple[str, ...] = ()
+    # the loop's runs, which the predictions come from (None: the components alone, no verdict)
+    loop: LoopCalibration | None = None
 
     @property
     def step(self) -> float:
@@ -94,6 +118,7 @@ class Calibration:
             "draft_source": self.draft_source,
             "remote": list(self.remote),
             "verify_per_token": {str(b): self.verify_per_token(b) for b in range(1, self.k_max + 2)},
+            "loop": self.loop.to_dict() if self.loop is not None else None,
         }
 
     def verify_per_token(self, b: int) -> float:
@@ -102,13 +127,106 @@ class Calibration:
         return self.verify_ratio(b) / b
 
 
-def _median_time(fn: Callable[[], None], reps: int) -> float:
+def _median_time(fn: Callable[[], None], reps: int, clock: Callable[[], float] = time.perf_counter) -> float:
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(clock() - t0)
     return statistics.median(ts)
+
+
+class _Run:
+    """One calibration's shared state: the session, the prompt, the clock and the
+    progress callback that also checks for a cancel."""
+
+    def __init__(self, session, progress: Progress | None, cancel: Callable[[], bool] | None, k_max: int, reps: int,
+                 clock: Callable[[], float]) -> None:
+        self.session, self.progress, self.cancel = session, progress, cancel
+        self.k_max, self.reps, self.clock = k_max, reps, clock
+        self.costs = CostModel()
+
+    def step(self, msg: str, frac: float) -> None:
+        if self.cancel is not None and self.cancel():
+            raise Cancelled("calibration was cancelled")
+        if self.progress:
+            self.progress(msg, frac)
+
+    def time(self, fn: Callable[[], None], reps: int) -> float:
+        return _median_time(fn, reps, self.clock)
+
+
+def _measure_verify(run: _Run, prompt: list[int]) -> None:
+    """One target step and a verify batch of 2..k_max + 1 tokens, at the prompt's context."""
+    tctx = run.session.target.ctx
+    base = len(prompt) - 1
+    tctx.prefill(prompt[:-1], logits=False)
+    batch_src = prompt[-(run.k_max + 2):]  # a plausible continuation to verify: the prompt's own tail
+
+    def verify(b: int) -> None:
+        tctx.eval(batch_src[:b], all_rows=True)
+        tctx.rollback(base)
+
+    run.step("measuring a target step", 0.02)
+    verify(1)  # discard the first (graph build)
+    run.costs.set_verify(1, run.time(lambda: verify(1), run.reps + 3))
+    for b in range(2, run.k_max + 2):
+        run.step(f"measuring a verify batch of {b} tokens", 0.02 + VERIFY_SHARE * b / (run.k_max + 1))
+        verify(b)
+        run.costs.set_verify(b, run.time(lambda b=b: verify(b), run.reps))
+
+
+def _measure_draft(run: _Run, prompt: list[int], translated: bool) -> Callable[[], object]:
+    """A draft call of 1..k_max tokens (translation included for a translated draft);
+    returns how to make the proposer that was timed."""
+    session = run.session
+    dctx = session.draft.ctx
+    greedy, rng = SamplingParams(), np.random.default_rng(0)
+    base = len(prompt) - 1
+    if translated:
+        # The draft speaks another vocabulary: time (and later score) the proposer that
+        # runs it, translation included. Proposing again from the same sequence rolls
+        # the draft back to the prompt's text by itself.
+        def make_proposer():
+            return session.make_proposer(GenerationConfig(proposer="draft", p_min=0.0))
+
+        proposer = make_proposer()
+        dctx.rollback(0)
+        proposer.prepare(prompt, lambda source, m: 1)
+
+        def draft(k: int) -> None:
+            proposer.propose(prompt, lambda source, m: k, greedy, rng)
+    else:
+        def make_proposer():
+            return DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
+
+        dctx.prefill(prompt[:-1], logits=False)
+        proposer = make_proposer()
+
+        def draft(k: int) -> None:
+            dctx.rollback(base)
+            proposer.propose(prompt, lambda source, m: k, greedy, rng)
+
+    draft(1)
+    lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
+    for k in range(1, run.k_max + 1):
+        run.step(f"measuring a draft of {k} tokens", lo + DRAFT_SHARE * k / run.k_max)
+        run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
+    return make_proposer
+
+
+def _measure_acceptance(run: _Run, prompt: list[int], make_proposer, tokens: int) -> PositionAcceptance:
+    """The draft's acceptance per position, from a short greedy run drafting k_max."""
+    lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE
+    run.step("measuring the draft's acceptance", lo)
+    run.session.reset()
+    acceptance = PositionAcceptance(decay=1.0)  # a fixed measurement, not a moving one
+    for s in speculate(run.session.target.ctx, make_proposer(), FixedK(run.k_max), prompt, params=SamplingParams(),
+                       max_tokens=tokens, rng=np.random.default_rng(0), cancel=run.cancel, clock=run.clock):
+        if s.drafted:
+            acceptance.record(s.drafted, s.accepted)
+        run.step("measuring the draft's acceptance", lo + ACCEPTANCE_SHARE * min(1.0, s.stats.generated / tokens))
+    return acceptance
 
 
 def calibrate(
@@ -120,46 +238,31 @@ def calibrate(
     acceptance_tokens: int = 48,
     drift: bool = True,
     drift_cache_path: Path | None = None,
+    loop: bool = True,
+    loop_configs: Sequence[BenchConfig] = (),
+    loop_options: LoopOptions | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Calibration:
     """Measure the pair's costs, the draft's acceptance and the target's kernel drift
-    (see the module docstring)."""
-    t_start = time.perf_counter()
-
-    def step(msg: str, frac: float) -> None:
-        if cancel is not None and cancel():
-            raise Cancelled("calibration was cancelled")
-        if progress:
-            progress(msg, frac)
-
+    (see the module docstring), then, with ``loop``, run the candidate configurations
+    end to end (:mod:`specdesk.bench.loop_calibration`): the costs choose which k to
+    try, the runs predict. ``loop_configs`` are tried too (a comparison's own fixed-k
+    configurations), up to :data:`MAX_LOOP_CONFIGS` in all; ``clock`` times it all."""
+    t_start = clock()
+    run = _Run(session, progress, cancel, k_max, reps, clock)
     session.warm_up()
     session.reset()
     prompt = session.chat_prompt([{"role": "user", "content": CALIBRATION_PROMPT}])
-    tctx = session.target.ctx
-    base = len(prompt) - 1
-    tctx.prefill(prompt[:-1], logits=False)
-    # a plausible continuation to verify: the prompt's own tail
-    batch_src = prompt[-(k_max + 2):]
-    costs = CostModel()
-
-    def verify(b: int) -> None:
-        tctx.eval(batch_src[:b], all_rows=True)
-        tctx.rollback(base)
-
-    step("measuring a target step", 0.05)
-    verify(1)  # discard the first (graph build)
-    costs.set_verify(1, _median_time(lambda: verify(1), reps + 3))
-    for b in range(2, k_max + 2):
-        step(f"measuring a verify batch of {b} tokens", 0.05 + 0.35 * b / (k_max + 1))
-        verify(b)
-        costs.set_verify(b, _median_time(lambda b=b: verify(b), reps))
+    _measure_verify(run, prompt)
 
     kernel_drift = None
     if drift:
-        step("measuring the kernel drift of verify batches", 0.4)
+        run.step("measuring the kernel drift of verify batches", 0.02 + VERIFY_SHARE)
         try:
             kernel_drift = pair_drift(
-                session, costs, batch_sizes=tuple(range(2, k_max + 2)),
-                progress=lambda f: step("measuring the kernel drift of verify batches", 0.4 + 0.1 * f),
+                session, run.costs, batch_sizes=tuple(range(2, k_max + 2)),
+                progress=lambda f: run.step("measuring the kernel drift of verify batches",
+                                            0.02 + VERIFY_SHARE + DRIFT_SHARE * f),
                 cache_path=drift_cache_path,
             )
         except ValueError as e:  # a context too small for the probe: calibrate without it
@@ -168,62 +271,15 @@ def calibrate(
     acceptance = None
     translated = bool(getattr(session, "translated", False))
     if session.draft is not None:
-        dctx = session.draft.ctx
-        greedy = SamplingParams()
-        rng = np.random.default_rng(0)
-        if translated:
-            # The draft speaks another vocabulary: time (and below, score) the proposer
-            # that runs it, translation included. Proposing again from the same
-            # sequence rolls the draft back to the prompt's text by itself.
-            def make_proposer():
-                return session.make_proposer(GenerationConfig(proposer="draft", p_min=0.0))
-
-            proposer = make_proposer()
-            dctx.rollback(0)
-            proposer.prepare(prompt, lambda source, m: 1)
-
-            def draft(k: int) -> None:
-                proposer.propose(prompt, lambda source, m: k, greedy, rng)
-        else:
-            def make_proposer():
-                return DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
-
-            dctx.prefill(prompt[:-1], logits=False)
-            proposer = make_proposer()
-
-            def draft(k: int) -> None:
-                dctx.rollback(base)
-                proposer.propose(prompt, lambda source, m: k, greedy, rng)
-
-        draft(1)
-        for k in range(1, k_max + 1):
-            step(f"measuring a draft of {k} tokens", 0.5 + 0.25 * k / k_max)
-            costs.set_draft(k, _median_time(lambda k=k: draft(k), max(2, reps - 1)))
-
-        step("measuring the draft's acceptance", 0.75)
-        session.reset()
-        acceptance = PositionAcceptance(decay=1.0)  # a fixed measurement, not a moving one
-        steps = speculate(
-            tctx,
-            make_proposer(),
-            FixedK(k_max),
-            prompt,
-            params=greedy,
-            max_tokens=acceptance_tokens,
-            rng=rng,
-            cancel=cancel,
-        )
-        for s in steps:
-            if s.drafted:
-                acceptance.record(s.drafted, s.accepted)
-            step("measuring the draft's acceptance", 0.75 + 0.25 * min(1.0, s.stats.generated / acceptance_tokens))
+        make_proposer = _measure_draft(run, prompt, translated)
+        acceptance = _measure_acceptance(run, prompt, make_proposer, acceptance_tokens)
     session.reset()
     mem = session.memory()
     d = mem.model("draft")
-    return Calibration(
-        costs=costs,
+    cal = Calibration(
+        costs=run.costs,
         context_tokens=len(prompt),
-        seconds=time.perf_counter() - t_start,
+        seconds=0.0,
         draft_acceptance=acceptance,
         draft_bytes=d.total_bytes if d else 0,
         kv_bytes_per_token=session.target.model.kv_bytes_per_token(),
@@ -233,6 +289,35 @@ def calibrate(
         draft_source="translated" if translated else "draft",
         remote=tuple(getattr(session.target.spec, "rpc", ()) or ()),
     )
+    if loop:
+        candidates = loop_candidates(cal, loop_configs)
+        cal.loop = run_loop(SessionTarget(session), candidates, loop_options or LoopOptions(),
+                            progress=lambda m, f: run.step(m, COMPONENTS_SHARE + (1 - COMPONENTS_SHARE) * f),
+                            cancel=cancel, clock=clock)
+        history = getattr(session, "history", None)
+        if history is not None:  # the calibration's answers are no earlier turns of anyone's chat
+            history.index.clear()
+    cal.seconds = clock() - t_start
+    return cal
+
+
+def loop_candidates(cal: Calibration, also: Sequence[BenchConfig] = ()) -> list[BenchConfig]:
+    """Target alone and the configurations the loop calibration runs: k=1 and the
+    :data:`BEST_KS` draft lengths the component costs rate best (they choose what to
+    try, never the verdict), then ``also``'s fixed-k configurations, at most
+    :data:`MAX_LOOP_CONFIGS` besides target alone."""
+    out = [BenchConfig("none")]
+    if cal.draft_acceptance is not None:
+        alphas = cal.draft_acceptance.alphas(cal.k_max)
+        rated = sorted(range(1, cal.k_max + 1), key=lambda k: -predict_fixed(cal, k, alphas))
+        for k in sorted({1, *rated[:BEST_KS]}):
+            out.append(BenchConfig(cal.draft_source, k))
+    for c in also:
+        if len(out) > MAX_LOOP_CONFIGS:
+            break
+        if c.proposer != "none" and c.k != "auto" and c.name not in {o.name for o in out}:
+            out.append(c)
+    return out
 
 
 def _quant_upgrade(target: Path, budget_bytes: int) -> QuantUpgrade | None:
@@ -286,10 +371,29 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     return stats["generated"] / total
 
 
+def _component_prediction(cal: Calibration, result: dict, row: dict, turn: int | None) -> float | None:
+    """What the isolated component costs predict for a (suite, config) row of a
+    benchmark: the median over prompts of :func:`predict_run` on its runs."""
+    c = row["config"]
+    proposer = c.split(":")[0]
+    per_prompt: dict[str, list[float]] = {}
+    for r in result["runs"]:
+        if r["suite"] == row["suite"] and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
+            p = predict_run(cal, r["stats"], proposer)
+            if p is not None:
+                per_prompt.setdefault(r["prompt_id"], []).append(p)
+    if not per_prompt:
+        return None
+    return statistics.median(statistics.median(v) for v in per_prompt.values())
+
+
 def validate(cal: Calibration, result: dict) -> list[dict]:
     """Predicted vs measured speedup for every (suite, config) of a benchmark result,
     and for every (suite, turn, config) of its multi-turn suites, with the measured
-    speedup's 95% interval and verdict."""
+    speedup's 95% interval and verdict. The prediction is the loop calibration's
+    (with ``predicted_ci`` and ``predicted_verdict``; a configuration the loop did not
+    try has none), or, from a calibration without the loop, the components' (no
+    interval, no verdict); ``component_predicted_speedup`` is the components' either way."""
     out = []
     rows = [(row, None) for row in result["summary"]["per_suite"]]
     rows += [(row, row.get("turn")) for row in result["summary"].get("per_turn") or []]
@@ -297,21 +401,24 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
         c = row["config"]
         if c == "none" or row["speedup"] is None:
             continue
-        proposer = c.split(":")[0]
-        per_prompt: dict[str, list[float]] = {}
-        for r in result["runs"]:
-            if r["suite"] == row["suite"] and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
-                p = predict_run(cal, r["stats"], proposer)
-                if p is not None:
-                    per_prompt.setdefault(r["prompt_id"], []).append(p)
-        if not per_prompt:
+        component = _component_prediction(cal, result, row, turn)
+        loop = cal.loop.predict(c) if cal.loop is not None else None
+        if loop is not None:
+            pred, pred_ci, pred_verdict, basis = loop.speedup, list(loop.ci) if loop.ci else None, loop.verdict, loop.basis
+        elif cal.loop is None and component is not None:
+            pred, pred_ci, pred_verdict, basis = component, None, None, "components"
+        else:
             continue
-        pred = statistics.median(statistics.median(v) for v in per_prompt.values())
         meas, ci = row["speedup"], row.get("speedup_ci")
         rec = {
             "suite": row["suite"],
             "config": c,
             "predicted_speedup": pred,
+            "predicted_ci": pred_ci,
+            "predicted_verdict": pred_verdict,
+            "pays": bool(pred_ci and pred_ci[0] > 1.0),
+            "basis": basis,
+            "component_predicted_speedup": component,
             "measured_speedup": meas,
             # how sure the measurement is: a prediction inside the interval is as good as the run can tell
             "measured_ci": ci,
@@ -328,12 +435,15 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
 
 @dataclass
 class Advice:
-    best: str  # a config name, "none" when nothing pays
+    best: str  # a config name, "none" when nothing is sure to pay
     best_speedup: float
     text: str
-    table: list[dict] = field(default_factory=list)  # config, predicted_speedup
+    # config, predicted_speedup, predicted_ci, verdict, pays, basis: the loop's predictions
+    # (from a calibration without the loop, the components', with no interval)
+    table: list[dict] = field(default_factory=list)
     memory_alternative: str | None = None
     exactness: str = ""  # what "the same output" means here, with the measured drift
+    components: list[dict] = field(default_factory=list)  # config, predicted_speedup: the isolated costs' figure
 
     def to_dict(self) -> dict:
         return {
@@ -341,39 +451,53 @@ class Advice:
             "best_speedup": self.best_speedup,
             "recommendation": self.text,
             "predictions": self.table,
+            "component_predictions": self.components,
             "memory_alternative": self.memory_alternative,
             "exactness": self.exactness,
         }
 
 
+def component_table(cal: Calibration) -> list[dict]:
+    """What the isolated costs predict for every draft length (the old advisor's figure)."""
+    if cal.draft_acceptance is None:
+        return []
+    alphas = cal.draft_acceptance.alphas(cal.k_max)
+    return [{"config": f"{cal.draft_source}:k={k}", "predicted_speedup": predict_fixed(cal, k, alphas)}
+            for k in range(1, cal.k_max + 1)]
+
+
+def predictions(cal: Calibration) -> list[dict]:
+    """The predictions the advice rests on: every configuration the loop ran and each
+    proposer's auto; without the loop, the components' figures, with no interval."""
+    if cal.loop is None:
+        return [dict(row, predicted_ci=None, verdict=None, pays=False, basis="components")
+                for row in component_table(cal)]
+    names = list(cal.loop.configs)
+    for c in cal.loop.configs:
+        auto = c.split(":")[0] + ":auto"
+        if c != "none" and auto not in names:
+            names.append(auto)
+    return [p.to_dict() for c in names if (p := cal.loop.predict(c)) is not None]
+
+
 def advise(cal: Calibration, measured: dict | None = None) -> Advice:
     """Recommend a configuration from the calibration (and a benchmark summary, when
-    there is one: n-gram acceptance depends on the text, so only runs can tell it)."""
-    table: list[dict] = []
-    best, best_x = "none", 1.0
-    if cal.draft_acceptance is not None:
-        alphas = cal.draft_acceptance.alphas(cal.k_max)
-        for k in range(1, cal.k_max + 1):
-            x = predict_fixed(cal, k, alphas)
-            table.append({"config": f"{cal.draft_source}:k={k}", "predicted_speedup": x})
-            if x > best_x:
-                best, best_x = f"{cal.draft_source}:k={k}", x
-        # even a perfect draft: the most this machine's costs allow
+    there is one: n-gram acceptance depends on the text, so only runs can tell it).
+    A configuration is recommended only when all of its predicted interval is above 1."""
+    table = predictions(cal)
+    paying = [p for p in table if p["pays"]]
+    top = max(paying, key=lambda p: p["predicted_speedup"], default=None)
+    best, best_x = (top["config"], top["predicted_speedup"]) if top else ("none", 1.0)
+    ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
+    ceiling = None
+    if cal.draft_acceptance is not None:  # even a perfect draft: the most this machine's costs allow
         ceiling = max(predict_fixed(cal, k, [1.0] * k) for k in range(1, cal.k_max + 1))
-        ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
-    else:
-        ceiling = None
-        ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
     measured_best = None
     if measured:
         for row in measured["summary"]["overall"]:
             if row["config"] != "none" and row["speedup"] and (measured_best is None or row["speedup"] > measured_best["speedup"]):
                 measured_best = row
-    v4 = cal.verify_ratio(4)
-    d1 = cal.draft_ratio(1)
-    why = f"here a verify batch of 4 tokens costs {v4:.1f} target steps"
-    if cal.draft_acceptance is not None:
-        why += f" and one draft step {d1:.2f} of a step"
+    why = components_why_text(cal.verify_ratio(4), cal.draft_ratio(1) if cal.draft_acceptance is not None else None)
     parts = []
     if cal.remote:
         per = min(range(2, cal.k_max + 2), key=cal.verify_per_token)
@@ -382,18 +506,10 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
             f"token, a verify batch pays it once for all of them, so per token a batch of {per} costs "
             f"{cal.verify_per_token(per):.2f} of a step ({cal.verify_ratio(per):.2f} steps for {per} tokens)."
         )
-    if best != "none":
-        parts.append(f"Speculation pays on this machine: {best} is predicted at {best_x:.2f}× target alone ({why}).")
-    else:
-        worst = min((r["predicted_speedup"] for r in table), default=None)
-        best_k = max(table, key=lambda r: r["predicted_speedup"]) if table else None
-        if best_k is not None:
-            parts.append(
-                f"The draft model slows this machine down: its best draft length ({best_k['config']}) is predicted at "
-                f"{best_k['predicted_speedup']:.2f}× target alone, {worst:.2f}× at worst ({why})."
-            )
-            if ceiling is not None and ceiling < 1.0:
-                parts.append(f"Even a draft that is always right would reach only {ceiling:.2f}×.")
+    parts.append(advice_verdict_text(top, table, cal.loop.runs if cal.loop is not None else None, why))
+    if best == "none":
+        if ceiling is not None and ceiling < 1.0:
+            parts.append(f"Even a draft that is always right would reach only {ceiling:.2f}×.")
         parts.append(
             f"N-gram lookups draft for free: where the answer repeats the prompt (code edits) they can reach up to "
             f"{ceiling_ngram:.2f}× here."
@@ -411,7 +527,7 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         parts.append(memory_alternative)
     exactness = claim_text(cal.drift.to_dict() if cal.drift is not None else None)
     return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table,
-                  memory_alternative=memory_alternative, exactness=exactness)
+                  memory_alternative=memory_alternative, exactness=exactness, components=component_table(cal))
 
 
 def advisor_section(cal: Calibration, result: dict) -> dict:
@@ -423,8 +539,10 @@ def advisor_section(cal: Calibration, result: dict) -> dict:
         "calibration": cal.to_dict(),
         "predictions": validate(cal, result),
         "recommendation": adv.text,
+        "best": adv.best,
         "memory_alternative": adv.memory_alternative,
         "what_if": adv.table,
+        "component_predictions": adv.components,
         "drift": cal.drift.to_dict() if cal.drift is not None else None,
         "exactness": claim_text(
             cal.drift.to_dict() if cal.drift is not None else None,

@@ -5,7 +5,9 @@ a user needs to judge the result.
 :func:`run_comparison` does, in order:
 
 1. with the advisor: calibrate the pair (step, verify and draft costs, the draft's
-   acceptance, the kernel drift) and start ``auto`` from the measured costs
+   acceptance, the kernel drift, then short runs of the real loop for the candidate
+   configurations and the comparison's own fixed-k ones, which the predictions come
+   from: :mod:`specdesk.bench.loop_calibration`) and start ``auto`` from the measured costs
    (:meth:`Session.seed_costs`); without it, measure (or read from the cache) the
    kernel drift alone, which says what "identical at T=0" means on this machine;
 2. the benchmark runner: a warm-up, then interleaved repeats, a fixed number or until
@@ -39,7 +41,7 @@ from .suites import Suite
 Progress = Callable[[str, float], None]  # (what is running, 0..1)
 
 # Shares of the progress bar: the calibration (or the drift alone), then the runs.
-CALIBRATION_SHARE = 0.2
+CALIBRATION_SHARE = 0.3
 DRIFT_SHARE = 0.1
 
 
@@ -47,7 +49,7 @@ DRIFT_SHARE = 0.1
 class ComparisonOptions:
     bench: BenchOptions = field(default_factory=BenchOptions)
     advisor: bool = True  # calibrate first, seed auto with the costs, predict every configuration
-    drift: bool = True  # without the advisor: measure (or read) the kernel drift anyway
+    drift: bool = True  # measure (or read) the kernel drift, with the advisor or without it
     raw: bool = False  # prompts as plain completions, without the chat template
     # keep the Generation of every run of these repeats (compare --json shows repeat 0's)
     keep_repeats: tuple[int, ...] = ()
@@ -112,7 +114,9 @@ def run_comparison(
     cal, drift, base = None, None, 0.0
     with session.lease():  # the session is freed only after this comparison ends
         if use_advisor:
-            cal = calibrate(session, progress=lambda m, f: report(m, CALIBRATION_SHARE * f), cancel=cancel)
+            # the loop calibration tries the comparison's own fixed-k configurations too
+            cal = calibrate(session, progress=lambda m, f: report(m, CALIBRATION_SHARE * f), cancel=cancel,
+                            drift=options.drift, loop_configs=configs)
             session.seed_costs(cal.costs)  # auto starts from the measured costs
             base = CALIBRATION_SHARE
         elif options.drift:

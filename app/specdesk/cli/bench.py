@@ -13,7 +13,7 @@ from ..bench.report import check_writable, markdown, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
-from ..session.text import drift_summary, noise_text, stopping_text
+from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
 from .args import add_model_options, float_in, int_at_least, load_session, positive_int
 from .output import dump_json, progress_bar
 
@@ -130,7 +130,9 @@ def print_comparison_notes(res: ComparisonResult) -> None:
 
 def cmd_advise(args) -> int:
     with load_session(args, need_draft=True) as s:
-        cal = calibrate(s)
+        bar, progress = comparison_progress("advise")
+        with bar:
+            cal = calibrate(s, progress=progress)
         adv = advise(cal)
         target = s.target.spec.path
     pub, pub_note = offer_upgrade(target, cal.quant_upgrade, cal.draft_bytes)
@@ -146,9 +148,13 @@ def cmd_advise(args) -> int:
     print("  draft of k:      " + "  ".join(f"k={k} {cal.draft_ratio(k):.2f}" for k in range(1, cal.k_max + 1)) + "  (in target steps)")
     if cal.draft_acceptance is not None:
         print("  acceptance by draft position: " + "  ".join(f"{a:.2f}" for a in cal.draft_acceptance.alphas(cal.k_max)))
-    print("predicted speedup over target alone:")
+    if cal.loop is not None:
+        print(f"predicted speedup over target alone, from {cal.loop.runs} short runs of the real loop "
+              f"({cal.loop.repeats} interleaved repeats, {cal.loop.seconds:.0f} s), with 95% intervals:")
     for row in adv.table:
-        print(f"  {row['config']:<12} {row['predicted_speedup']:.2f}x")
+        print(f"  {row['config']:<12} {predicted_cell(row):<20} {prediction_verdict_label(row)}")
+    print("what the isolated component costs predict (they choose the k to try, not the verdict): "
+          + "  ".join(f"k={r['config'].split('=')[-1]} {r['predicted_speedup']:.2f}x" for r in adv.components))
     if cal.drift is not None:
         print(f"kernel drift: {drift_summary(cal.drift)}")
     print()

@@ -339,14 +339,78 @@ def noise_text(noise: dict | None) -> str:
             f"({noise.get('runs')} runs): a single run cannot show a smaller difference.")
 
 
-def prediction_text(predicted: float, row: dict) -> str:
-    """The advisor's prediction against the measured interval."""
+def prediction_text(predicted: float, row: dict, predicted_ci=None) -> str:
+    """The advisor's prediction (with its interval, when it has one) against the measured interval."""
     ci = row.get("speedup_ci")
+    said = f"predicted {predicted:.2f}×" + (f" (95% interval {interval_text(predicted_ci)})" if predicted_ci else "")
     if not ci:
-        return f"predicted {predicted:.2f}×; the measurement has no interval (one pair)"
+        return f"{said}; the measurement has no interval (one pair)"
     where = "inside" if ci[0] <= predicted <= ci[1] else "outside"
-    return (f"predicted {predicted:.2f}×, measured {row['speedup']:.2f}× (95% interval {interval_text(ci)}): "
+    return (f"{said}, measured {row['speedup']:.2f}× (95% interval {interval_text(ci)}): "
             f"the prediction is {where} the measured interval")
+
+
+# -- the advisor: predictions from short runs of the real loop (specdesk.bench.loop_calibration) --
+
+def advisor_progress_text(config: str, repeat: int, min_repeats: int, max_repeats: int) -> str:
+    """The loop calibration's progress: "advisor: draft:k=3, repeat 2 of 3"."""
+    if repeat <= min_repeats:
+        return f"advisor: {config}, repeat {repeat} of {min_repeats}"
+    return f"advisor: {config}, repeat {repeat} of at most {max_repeats}"
+
+
+def predicted_cell(pred: dict | None) -> str:
+    """A prediction for a table cell: "0.88× (0.84–0.92)", or "–" when none was made."""
+    if not pred or pred.get("predicted_speedup") is None:
+        return "–"
+    ci = pred.get("predicted_ci")
+    return f"{pred['predicted_speedup']:.2f}×" + (f" ({interval_text(ci)})" if ci else "")
+
+
+#: A prediction's verdict for users: "pays" only when all of its interval is above 1.
+PREDICTION_VERDICTS = {"faster": "pays", "slower": "slower", "within-noise": "within noise"}
+
+
+def prediction_verdict_label(pred: dict | None) -> str:
+    if not pred or pred.get("predicted_speedup") is None:
+        return "not predicted"
+    if pred.get("predicted_ci") is None:
+        return "no interval"
+    return PREDICTION_VERDICTS.get(pred.get("verdict") or "", "–")
+
+
+def _loop_basis(pred: dict, runs: int | None) -> str:
+    where = f"{runs} short runs of the real decode loop" if runs else "short runs of the real decode loop"
+    return f"95% interval {interval_text(pred.get('predicted_ci'))}, from {where}"
+
+
+def advice_verdict_text(best: dict | None, preds: list[dict], runs: int | None, why: str) -> str:
+    """The advisor's headline: a configuration pays only when all of its predicted
+    interval is above 1; otherwise whether the best is within noise or slower.
+    ``preds`` are Prediction.to_dict()s; ``why`` what the component costs say."""
+    if best is not None:
+        return (f"Speculation pays on this machine: {best['config']} is predicted at {best['predicted_speedup']:.2f}× "
+                f"target alone ({_loop_basis(best, runs)}; {why}).")
+    drafted = [p for p in preds if p.get("basis") == "measured" and p.get("predicted_speedup") is not None]
+    if not drafted:
+        return f"Nothing was measured in the loop, so the advisor does not say speculation pays ({why})."
+    top = max(drafted, key=lambda p: p["predicted_speedup"])
+    worst = min(p["predicted_speedup"] for p in drafted)
+    if top.get("verdict") == "slower":
+        return (f"Speculation slows this machine down: the best configuration tried ({top['config']}) is predicted "
+                f"at {top['predicted_speedup']:.2f}× target alone ({_loop_basis(top, runs)}), {worst:.2f}× at worst "
+                f"({why}).")
+    return (f"No configuration is sure to pay here: the best tried ({top['config']}) is predicted at "
+            f"{top['predicted_speedup']:.2f}× target alone ({_loop_basis(top, runs)}), within noise of 1×; "
+            f"{worst:.2f}× at worst ({why}).")
+
+
+def components_why_text(verify4: float, draft1: float | None) -> str:
+    """What the isolated component costs say (they choose which k the advisor tries, never the verdict)."""
+    why = f"by the isolated calls, a verify batch of 4 tokens costs {verify4:.1f} target steps"
+    if draft1 is not None:
+        why += f" and one draft step {draft1:.2f} of a step"
+    return why
 
 
 def measured_best_text(row: dict) -> str:

@@ -58,7 +58,9 @@ from ..session import needs_draft_model
 from ..session.text import (
     claim_text,
     noise_text,
+    predicted_cell,
     prediction_text,
+    prediction_verdict_label,
     speed_verdict_text,
     speedup_text,
     stopping_text,
@@ -474,15 +476,16 @@ class CompareTab(QWidget):
         self.race.set_result(res)
 
     @staticmethod
-    def _predictions(res: dict) -> dict[str, float]:
-        """The advisor's prediction per configuration (the mean over suites)."""
-        by: dict[str, list[float]] = {}
+    def _predictions(res: dict) -> dict[str, dict]:
+        """The advisor's prediction per configuration (the loop calibration's, the same
+        for every suite): speedup, 95% interval, verdict."""
+        by: dict[str, dict] = {}
         for p in (res.get("advisor") or {}).get("predictions") or []:
-            if not p.get("turn"):
-                by.setdefault(p["config"], []).append(p["predicted_speedup"])
-        return {c: sum(v) / len(v) for c, v in by.items()}
+            if not p.get("turn") and p.get("predicted_speedup") is not None:
+                by.setdefault(p["config"], p)
+        return by
 
-    def _row_items(self, res: dict, row: dict, pred: float | None) -> list[QTableWidgetItem]:
+    def _row_items(self, res: dict, row: dict, pred: dict | None) -> list[QTableWidgetItem]:
         c, verdict = row["config"], row.get("verdict")
         mem = res.get("memory") or {}
         extra = "—"
@@ -498,7 +501,7 @@ class CompareTab(QWidget):
             f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
             speedup_text(row),
             VERDICT_LABELS.get(verdict or "", "–"),  # the smallest difference it could see: in the tooltip
-            f"{pred:.2f}×" if pred else "–",
+            predicted_cell(pred),
             f"{100 * row['acceptance']:.0f}%" if row["acceptance"] is not None else "–",
             f"{row['mean_accepted_length']:.2f}" if row["mean_accepted_length"] else "–",
             extra,
@@ -507,8 +510,9 @@ class CompareTab(QWidget):
         items = [QTableWidgetItem(text) for text in cells]
         items[IDENTITY].setToolTip(tip)
         items[MEMORY].setToolTip("the draft model's extra memory: RAM (and VRAM where it is offloaded)")
-        if pred and row.get("speedup_ci"):
-            items[PREDICTED].setToolTip(prediction_text(pred, row))
+        if pred:
+            items[PREDICTED].setToolTip(f"{prediction_verdict_label(pred)}: "
+                                        + prediction_text(pred["predicted_speedup"], row, pred.get("predicted_ci")))
         if c != "none":
             why = speed_verdict_text(row)
             items[SPEEDUP].setToolTip(why)
@@ -586,7 +590,7 @@ class CompareTab(QWidget):
         tip += "\n\n" + claim_text(drift)
         return text, tip.strip()
 
-    def _draw_chart(self, overall: list[dict], preds: dict[str, float]) -> None:
+    def _draw_chart(self, overall: list[dict], preds: dict[str, dict]) -> None:
         """Bars coloured by verdict with their 95% intervals as error bars, and the
         advisor's predictions beside them."""
         self.chart.clear()
@@ -607,7 +611,7 @@ class CompareTab(QWidget):
             self.chart.addItem(pg.ErrorBarItem(x=np.asarray(ex), y=np.asarray(ey), top=np.asarray(top), bottom=np.asarray(bottom),
                                                beam=0.12, pen=pg.mkPen("#343a40", width=1.5)))
         pxs = [x + 0.17 for x, r in zip(xs, rows) if r["config"] in preds]
-        pys = [preds[r["config"]] for r in rows if r["config"] in preds]
+        pys = [preds[r["config"]]["predicted_speedup"] for r in rows if r["config"] in preds]
         if pxs:
             self.chart.addItem(pg.BarGraphItem(x=pxs, height=pys, width=0.32, brush=pg.mkBrush(BLUE + "66"), pen=pg.mkPen(BLUE)))
         self.chart.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine)))

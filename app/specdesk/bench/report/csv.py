@@ -1,6 +1,7 @@
 """report.csv: one row per run, in the order they ran; empty cells for nulls. Each
 row has the run's paired ratio (its tokens/s over target alone's in the same repeat
-of the same prompt) and its (suite, config)'s speedup, 95% interval and verdict."""
+of the same prompt), its (suite, config)'s speedup, 95% interval and verdict, and the
+advisor's prediction for it with its interval and verdict."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ CSV_FIELDS = [
     "suite_speedup_high",
     "suite_verdict",
     "suite_detectable",
+    "predicted_speedup",
+    "predicted_low",
+    "predicted_high",
+    "predicted_verdict",
 ]
 
 # The stats fields copied into the CSV as they are.
@@ -57,6 +62,9 @@ def csv_text(result: dict) -> str:
             for r in result["runs"] if r.get("config") == BASELINE}
     suite_rows = {(r.get("suite"), r.get("config")): r for r in (result["summary"].get("per_suite") or [])
                   if isinstance(r, dict)}
+    # the advisor's prediction for each (suite, config), with its interval and verdict
+    preds = {(p.get("suite"), p.get("config")): p for p in ((result.get("advisor") or {}).get("predictions") or [])
+             if isinstance(p, dict) and not p.get("turn")}
     for run in result["runs"]:
         stats = run.get("stats") or {}
         div = run.get("divergence") or {}
@@ -68,6 +76,9 @@ def csv_text(result: dict) -> str:
         sr = suite_rows.get((run.get("suite"), run.get("config"))) or {}
         ci = sr.get("speedup_ci") or [None, None]
         row += [sr.get("speedup"), ci[0], ci[1], sr.get("verdict"), sr.get("detectable")]
+        p = preds.get((run.get("suite"), run.get("config"))) or {}
+        pci = p.get("predicted_ci") or [None, None]
+        row += [p.get("predicted_speedup"), pci[0], pci[1], p.get("predicted_verdict")]
         w.writerow([_csv_cell(v) for v in row])
     return buf.getvalue()
 

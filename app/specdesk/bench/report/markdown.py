@@ -8,6 +8,8 @@ from ...fmt import format_bytes
 from ...session.text import (
     claim_text,
     noise_text,
+    predicted_cell,
+    prediction_verdict_label,
     speed_verdict_text,
     speedup_text,
     stopping_text,
@@ -238,11 +240,14 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
         c_rank = {c: i for i, c in enumerate(configs)}
         preds.sort(key=lambda p: (s_rank.get(p.get("suite"), len(s_rank)), p.get("turn") or 0,
                                   c_rank.get(p.get("config"), len(c_rank))))
-        lines.append("Speedup predicted from the measured costs and acceptance, against the speedup measured "
-                     "(with its 95% interval: a prediction inside it is as close as this run can tell):")
+        lines.append("Speedup predicted from short runs of the real decode loop on the calibration's own prompts "
+                     "(95% interval; it says *pays* only when all of it is above 1×), next to what the isolated "
+                     "component costs predict, against the speedup measured here (with its 95% interval: a "
+                     "prediction inside it is as close as this run can tell):")
         lines.append("")
-        lines.append("| suite | config | predicted | measured (95% interval) | verdict | error |")
-        lines.append("|---|---|--:|--:|:-:|--:|")
+        lines.append("| suite | config | predicted (95% interval) | advisor says | components | measured (95% interval) "
+                     "| verdict | error |")
+        lines.append("|---|---|--:|:-:|--:|--:|:-:|--:|")
         errors, inside, judged = [], 0, 0
         for p in preds:
             err = _num(p.get("error"))
@@ -252,13 +257,15 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
                 if p.get("within_interval") is not None:
                     judged += 1
                     inside += bool(p["within_interval"])
-            pred = _num(p.get("predicted_speedup"))
+            comp = _num(p.get("component_predicted_speedup"))
             measured = {"speedup": p.get("measured_speedup"), "speedup_ci": p.get("measured_ci"),
                         "verdict": p.get("measured_verdict")}
             where = _md_cell(p.get("suite")) + (f" turn {p['turn']}" if p.get("turn") else "")
+            said = {"verdict": p.get("predicted_verdict"), "predicted_speedup": p.get("predicted_speedup"),
+                    "predicted_ci": p.get("predicted_ci")}
             lines.append(
-                f"| {where} | `{_md_cell(p.get('config'))}` | "
-                f"{DASH if pred is None else f'{pred:.2f}×'} | "
+                f"| {where} | `{_md_cell(p.get('config'))}` | {predicted_cell(p)} | {prediction_verdict_label(said)} | "
+                f"{DASH if comp is None else f'{comp:.2f}×'} | "
                 f"{speedup_text(measured) if _num(measured['speedup']) is not None else DASH} | "
                 f"{_verdict(measured) if measured['verdict'] else DASH} | "
                 f"{DASH if err is None else f'{err * 100:.1f}%'} |"
