@@ -115,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     with session:
         print(f"soak: {a.generations} generations on {target.name} (draft {draft.name}), "
               f"max_tokens {a.max_tokens}, ctx {a.ctx}, threads {session.target.ctx.threads}, seed {a.seed}")
+        # what this pair can run: "translated" needs two vocabularies (on two it is what "draft" runs)
+        runnable = [p for p in PROPOSERS if p != "translated" or session.translated]
         for i in range(a.generations):
-            proposer = PROPOSERS[int(rng.integers(len(PROPOSERS)))]
+            proposer = runnable[int(rng.integers(len(runnable)))]
             k = KS[int(rng.integers(len(KS)))]
             temperature = TEMPERATURES[int(rng.integers(len(TEMPERATURES)))]
             stop = bool(rng.random() < a.stop_share)
