@@ -43,7 +43,10 @@ def test_the_loop_calibration_runs_real_generations_and_cancels(smol_session):
         with pytest.raises(Cancelled):
             calibrate(smol_session, drift=False, progress=lambda m, f: seen.append(m), cancel=cancel,
                       loop_options=LoopOptions(max_tokens=16, max_repeats=3))
-        assert len(runs) == len(loop.configs) * len(CALIBRATION_PROMPTS)  # one round, then it stopped
+        # one round, then it stopped: target alone ran once per prompt (the k it tries follow the component
+        # costs it measures again, so the number of draft runs may differ from the first calibration's)
+        assert sum(p == "none" for p, _, _ in runs) == len(CALIBRATION_PROMPTS)
+        assert len(runs) % len(CALIBRATION_PROMPTS) == 0 and len(runs) <= len(CALIBRATION_PROMPTS) * 6
     finally:
         del smol_session.run
 
