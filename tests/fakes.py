@@ -274,6 +274,27 @@ def pooled_chi_square(counts: dict, exact: dict, runs: int) -> tuple[float, floa
     return chi2, float(crit), df, tv
 
 
+class FakePairTarget:
+    """The parts of a benchmark target (``bench.runner``'s protocol) that every fake pair
+    on two fake backends shares: a subclass sets ``self.t`` and ``self.d`` and writes ``run``."""
+
+    def reset(self) -> None:
+        self.t.rollback(0)
+        self.d.rollback(0)
+
+    def warm_up(self) -> None:
+        pass
+
+    def explain(self, prompt, base, other):
+        return {"verdict": "mismatch"}
+
+    def describe(self) -> dict:
+        return {"target": "fake-target", "draft": "fake-draft"}
+
+    def memory(self) -> dict:
+        return {"target_bytes": 100, "draft_bytes": 40, "extra_ram_bytes": 40, "extra_vram_bytes": 0}
+
+
 class NoisyBenchTarget:
     """A benchmark target (the runner's BenchTarget) over fake backends whose runs cost
     scripted seconds on a shared FakeClock, with a shared machine's noise: each run

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
-from fakes import FakeBackend, FakeClock, FakeModel, linear_cost
+from fakes import FakeBackend, FakeClock, FakeModel, FakePairTarget, linear_cost
 from specdesk.bench.configs import parse_configs
 from specdesk.bench.runner import BenchOptions, run_bench
 from specdesk.bench.suites import Prompt, Suite
@@ -23,7 +23,7 @@ from specdesk.ui.replay import RaceView, pieces
 from specdesk.ui.stats_panel import VERDICT_BACKGROUNDS, StatsPanel
 
 
-class ClockedTarget:
+class ClockedTarget(FakePairTarget):
     """Target alone, a draft model and n-gram lookup on the fake backend, their calls
     costing scripted seconds on one clock (the draft's steps cost a fifth of the
     target's), so every run's timeline is known exactly."""
@@ -45,22 +45,6 @@ class ClockedTarget:
         steps = list(speculate(self.t, prop, FixedK(3), prompt, params=config.sampling, max_tokens=config.max_tokens,
                                rng=np.random.default_rng(config.seed), clock=self.clock))
         return Generation(steps=steps, config=config, prompt=prompt)
-
-    def reset(self):
-        self.t.rollback(0)
-        self.d.rollback(0)
-
-    def warm_up(self):
-        pass
-
-    def explain(self, prompt, base, other):
-        return {"verdict": "mismatch"}
-
-    def describe(self):
-        return {"target": "fake-target", "draft": "fake-draft"}
-
-    def memory(self):
-        return {"target_bytes": 100, "draft_bytes": 40, "extra_ram_bytes": 40, "extra_vram_bytes": 0}
 
 
 @pytest.fixture(scope="module")

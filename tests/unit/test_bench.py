@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fakes import FakeBackend, FakeModel
+from fakes import FakeBackend, FakeModel, FakePairTarget
 from specdesk.bench.advisor import Calibration, advise, draft_length_histogram, predict_fixed, predict_run
 from specdesk.bench.configs import BenchConfig, ConfigError, parse_configs
 from specdesk.bench.runner import BenchOptions, paired_ratios, run_bench, schedule, summarize
@@ -89,7 +89,7 @@ def test_paired_ratios_and_medians():
 
 # -- the runner on the fake backend -----------------------------------------------------------------
 
-class FakeTarget:
+class FakeTarget(FakePairTarget):
     """A BenchTarget over fake backends (real decoder, scripted model)."""
 
     has_draft = True
@@ -117,22 +117,6 @@ class FakeTarget:
         steps = list(speculate(self.t, prop, ctl, prompt, params=config.sampling, max_tokens=config.max_tokens,
                                rng=np.random.default_rng(config.seed)))
         return Generation(steps=steps, config=config, prompt=prompt)
-
-    def reset(self):
-        self.t.rollback(0)
-        self.d.rollback(0)
-
-    def warm_up(self):
-        pass
-
-    def explain(self, prompt, base, other):
-        return {"verdict": "mismatch"}
-
-    def describe(self):
-        return {"target": "fake-target", "draft": "fake-draft"}
-
-    def memory(self):
-        return {"target_bytes": 100, "draft_bytes": 40, "extra_ram_bytes": 40, "extra_vram_bytes": 0}
 
 
 def test_run_bench_on_the_fake_backend():
