@@ -226,7 +226,7 @@ class Context:
             why = gone(self._rpc) if getattr(self, "_rpc", ()) else None
             if why:
                 # freeing its buffers would ask the lost server, and llama.cpp aborts then
-                log.warning("context left allocated: %s", why)
+                log.info("context left allocated: %s", why)  # the error that follows says it once
             else:
                 llama_cpp.llama_free(self._ctx)
             self._ctx = None

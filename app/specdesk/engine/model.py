@@ -209,7 +209,7 @@ class Model:
                 why = gone(self.rpc_endpoints)
                 if why:
                     # its layers lived on the lost server: freeing them would make llama.cpp abort
-                    log.warning("%s left allocated: %s", self.path.name, why)
+                    log.info("%s left allocated: %s", self.path.name, why)  # the error that follows says it once
                     self._model = None
                     return
             llama_cpp.llama_model_free(self._model)
