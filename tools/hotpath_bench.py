@@ -6,6 +6,8 @@ in one run. A benchmark tool, not a timed test.
     .venv/bin/python tools/hotpath_bench.py                          # this checkout only
     .venv/bin/python tools/hotpath_bench.py --before /tmp/hotpath-before --rounds 5
     .venv/bin/python tools/hotpath_bench.py --configs none,ngram --tokens 160 --json out.json
+    .venv/bin/python tools/hotpath_bench.py --warm             # also Python alone, compute skipped
+    .venv/bin/python tools/hotpath_bench.py --warm --evict 64  # ... with 64 MiB streamed per skipped step
     .venv/bin/python tools/hotpath_bench.py --sampling 150    # in-place argmax vs llama.cpp's backend sampler
 
 ``--before DIR`` names another checkout (a folder holding ``app/``, e.g. made with
@@ -15,7 +17,8 @@ every round), so both see the same load and the ratios come from one run.
 
 Per configuration (none, ngram auto, draft k=4 and hybrid k=4 with SmolLM2 drafting
 for itself, the same draft with p-min 0 (no softmax per drafted token), translated k=4
-with SmolLM2 drafting for Qwen2.5-Coder-0.5B; p-min 0.75 elsewhere, T = 0) and per
+with SmolLM2 drafting for Qwen2.5-Coder-0.5B, and the same with p-min 0; p-min 0.75
+elsewhere, T = 0) and per
 answer of ``--tokens`` tokens it measures, independently of the code under test:
 
 - the Python overhead per step: the decode loop's wall time minus the time spent
@@ -30,10 +33,19 @@ answer of ``--tokens`` tokens it measures, independently of the code under test:
   answers (the median of its one-token ``llama_decode`` calls); for translated also
   per token the draft model generated in its own vocabulary.
 
+With ``--warm`` each configuration also runs with ``llama_decode`` skipped and
+``llama_get_logits`` handing out fixed rows (whose argmax is a common word, so drafts
+are accepted): Python's own cost per step with the CPU's caches to itself, as on a
+GPU host. On a CPU the Python after a step runs cold, since the step streamed the
+model's weights through the caches; ``--evict MIB`` streams that much memory in place
+of each skipped step (timed as native), to show how much of the overhead measured
+here is that effect rather than Python's work.
+
 Every figure is the median over the answers with its spread (min-max); each
 checkout's first answer per configuration warms up and is not counted. The last
 table projects the overhead onto a GPU whose target step takes 3 ms: the native time
-of a step scaled by 3 ms over the target's measured step, Python's time as measured.
+of a step scaled by 3 ms over the target's measured step, with Python's time as
+measured warm (with ``--warm``) and as measured here (an upper bound).
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ("none", "ngram", "draft", "draft-pmin0", "hybrid", "translated")
+CONFIGS = ("none", "ngram", "draft", "draft-pmin0", "hybrid", "translated", "translated-pmin0")
 GPU_STEP_MS = 3.0
 
 # An answer of 160 tokens or more from SmolLM2, with the repetition code has (what n-gram lookups are for).
@@ -64,15 +76,33 @@ class NativeClock:
     calls' wall seconds (a model's own step)."""
 
     def __init__(self) -> None:
+        import ctypes
+
         import llama_cpp
 
         self.wall = 0.0
         self.cpu = 0.0
         self.calls: dict[int, int] = {}
         self.singles: dict[int, list[float]] = {}
+        # --warm: llama_decode does nothing and llama_get_logits hands out fixed rows, so
+        # the loop's Python runs with the CPU's caches to itself, as on a GPU host (here
+        # a CPU target step streams the weights through the caches, and the Python after
+        # it runs cold)
+        self.skip = False
+        self.fakes: dict[int, object] = {}
+        self.evict = None  # --evict: an array streamed through the caches at each skipped decode
         orig = llama_cpp.llama_decode
 
         def timed(ctx, batch):
+            if self.skip:
+                key = int(ctx or 0)
+                self.calls[key] = self.calls.get(key, 0) + 1
+                if self.evict is not None:  # what a CPU step does to the caches: the weights stream through
+                    c0, t0 = time.thread_time(), time.perf_counter()
+                    self.evict.sum()
+                    self.wall += time.perf_counter() - t0  # native time: it stands for the step
+                    self.cpu += time.thread_time() - c0
+                return 0
             c0 = time.thread_time()
             t0 = time.perf_counter()
             rc = orig(ctx, batch)
@@ -91,6 +121,8 @@ class NativeClock:
         get = llama_cpp.llama_get_logits
 
         def timed_get(ctx):
+            if self.skip:
+                return self.fakes[int(ctx or 0)].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
             c0 = time.thread_time()
             t0 = time.perf_counter()
             out = get(ctx)
@@ -99,6 +131,16 @@ class NativeClock:
             return out
 
         llama_cpp.llama_get_logits = timed_get
+
+    def fake(self, ctx, n_vocab: int, token: int, rows: int = 64) -> None:
+        """What ``ctx`` reads while compute is skipped: ``rows`` logits rows of random
+        values whose argmax is ``token`` (a common word, never an end token), so that
+        drafts are accepted and the answer runs its full length."""
+        import numpy as np
+
+        buf = np.random.default_rng(0).standard_normal((rows, n_vocab)).astype(np.float32)
+        buf[:, token] = buf.max() + 4.0
+        self.fakes[int(ctx)] = buf
 
     def snapshot(self) -> tuple[float, float, float, float]:
         return time.perf_counter(), time.thread_time(), self.wall, self.cpu
@@ -158,7 +200,7 @@ def _sessions(args):
         out["alone"] = Session.load(spec(args.target), remember_costs=False)
     if want & {"draft", "draft-pmin0", "hybrid"}:
         out["self"] = Session.load(spec(args.target), spec(args.target), remember_costs=False)
-    if "translated" in want:
+    if want & {"translated", "translated-pmin0"}:
         out["translated"] = Session.load(spec(args.translated_target), spec(args.target), remember_costs=False,
                                          translate=True)
     return out
@@ -168,8 +210,8 @@ def _config(name: str, tokens: int):
     from specdesk.session import GenerationConfig
 
     k = "auto" if name in ("none", "ngram") else 4
-    proposer = {"translated": "draft", "draft-pmin0": "draft"}.get(name, name)
-    return GenerationConfig(proposer=proposer, k=k, max_tokens=tokens, p_min=0.0 if name == "draft-pmin0" else 0.75)
+    proposer = {"translated": "draft", "translated-pmin0": "draft", "draft-pmin0": "draft"}.get(name, name)
+    return GenerationConfig(proposer=proposer, k=k, max_tokens=tokens, p_min=0.0 if name.endswith("-pmin0") else 0.75)
 
 
 def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
@@ -219,27 +261,56 @@ def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
     }
 
 
+def _common_token(session, role: str) -> int:
+    """A common word's token in ``role``'s vocabulary (what the fixed rows of --warm pick)."""
+    m = getattr(session, role).model
+    return m.tokenize(" the", add_special=False, parse_special=False)[0]
+
+
 def worker(args) -> int:
     clock = NativeClock()
+    if args.evict:
+        import numpy as np
+
+        clock.evict = np.ones(args.evict * (1 << 18), dtype=np.float32)
     copied = _copied_bytes_counter()
     generated = _generated_counter()
     sessions = _sessions(args)
+    for session in sessions.values():
+        for role in ("target", "draft"):
+            if getattr(session, role) is not None:
+                lm = getattr(session, role)
+                clock.fake(lm.ctx._ctx, lm.model.n_vocab, _common_token(session, role))
     out = {"configs": {}}
     for name in args.configs:
-        session = sessions["alone" if name in ("none", "ngram") else "translated" if name == "translated" else "self"]
+        session = sessions["alone" if name in ("none", "ngram") else "translated" if name.startswith("translated") else "self"]
         prompt = session.chat_prompt([{"role": "user", "content": PROMPT}])
         config = _config(name, args.tokens)
-        answers = []
+        answers, warm = [], []
         for i in range(args.answers + 1):
             session.reset()  # every answer reads its prompt the same way
             a = _one_answer(session, config, prompt, clock, copied, generated)
             if i:
                 answers.append(a)
+        if args.warm:
+            clock.skip = True
+            try:
+                for i in range(args.answers + 1):
+                    session.reset()
+                    a = _one_answer(session, config, prompt, clock, copied, generated)
+                    if i:
+                        warm.append(a)
+            finally:
+                clock.skip = False
         tkey = int(session.target.ctx._ctx)
         dkey = int(session.draft.ctx._ctx) if session.draft is not None else None
+        t_singles = clock.singles.get(tkey)
+        if not t_singles and dkey is not None and session.draft.spec.path == session.target.spec.path:
+            t_singles = clock.singles.get(dkey)  # the same model drafting for itself: its own step
         out["configs"][name] = {
             "answers": answers,
-            "target_step_ms": 1e3 * statistics.median(clock.singles.get(tkey, [0.0])),
+            "warm": warm,
+            "target_step_ms": 1e3 * statistics.median(t_singles) if t_singles else None,
             "draft_step_ms": 1e3 * statistics.median(clock.singles[dkey]) if dkey in clock.singles else None,
         }
     for s in sessions.values():
@@ -350,6 +421,10 @@ def _run_worker(tree: Path, args, configs: list[str]) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--configs", ",".join(configs),
            "--tokens", str(args.tokens), "--answers", str(args.answers), "--threads", str(args.threads),
            "--ctx", str(args.ctx), "--target", str(args.target), "--translated-target", str(args.translated_target)]
+    if args.warm:
+        cmd.append("--warm")
+    if args.evict:
+        cmd += ["--evict", str(args.evict)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tree))
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
@@ -376,17 +451,21 @@ def _collect(results: list[dict], name: str) -> dict[str, list[float]]:
             for key in ("overhead_ms", "overhead_share", "overhead_cpu_ms", "bytes_per_step", "loop_ms", "native_ms"):
                 out.setdefault(key, []).append(a[key])
             step = c["draft_step_ms"]
+            if c["target_step_ms"] is not None:
+                out.setdefault("target_step_ms", []).append(c["target_step_ms"])
             if step and a["drafted"]:
                 out.setdefault("drafted_cost", []).append(1e3 * a["draft_seconds"] / a["drafted"] / step)
                 if a["draft_generated"]:
                     out.setdefault("generated_cost", []).append(1e3 * a["draft_seconds"] / a["draft_generated"] / step)
                 out.setdefault("calls_per_drafted", []).append(a["draft_calls"] / a["drafted"])
-            out.setdefault("target_step_ms", []).append(c["target_step_ms"])
             out.setdefault("accept", []).append(a["accepted"] / a["drafted"] if a["drafted"] else None)
+        for a in c.get("warm", []):
+            out.setdefault("warm_ms", []).append(a["overhead_ms"])
+            out.setdefault("warm_cpu_ms", []).append(a["overhead_cpu_ms"])
     return out
 
 
-def report(trees: dict[str, list[dict]], configs: list[str]) -> dict:
+def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> dict:
     rows = {}
     labels = list(trees)
     print("Python overhead per step (decode loop wall minus llama_decode), median [min-max] over answers")
@@ -410,6 +489,10 @@ def report(trees: dict[str, list[dict]], configs: list[str]) -> dict:
         print(line)
     sections = (
         ("overhead_cpu_ms", "Python overhead per step in thread CPU ms (less disturbed by load)"),
+        ("warm_ms", "Python overhead per step, ms, with llama_decode skipped (--warm: the caches to Python alone, "
+                    "as on a GPU host; the rows read are fixed)" if not evict else
+                    f"Python overhead per step, ms, with llama_decode skipped and {evict} MiB streamed through the "
+                    "caches in its place (--warm --evict: a CPU step's effect on the caches, without its compute)"),
         ("bytes_per_step", "logits bytes copied out of llama.cpp per step"),
         ("drafted_cost", "a drafted (target) token's proposer time, in the draft model's own steps"),
         ("generated_cost", "a token the draft generated (its own vocabulary), in the draft model's own steps"),
@@ -424,17 +507,22 @@ def report(trees: dict[str, list[dict]], configs: list[str]) -> dict:
             if not any(v for _, v in vals):
                 continue
             print(f"{name:<11}" + "".join(f"{lab}: {_med(v or []):<28}" for lab, v in vals))
-    print(f"\nAt a {GPU_STEP_MS:g} ms GPU target step (native time scaled by {GPU_STEP_MS:g} ms / the target's step here, "
-          "Python as measured): the share of each step Python would take")
+    print(f"\nAt a {GPU_STEP_MS:g} ms GPU target step (native time scaled by {GPU_STEP_MS:g} ms / the target's step here): "
+          "the share of each step Python would take, with Python as measured warm (--warm) and as measured here "
+          "(after a CPU step's cold caches: an upper bound)")
     for name in configs:
         line = f"{name:<11}"
         for lab in labels:
             r = rows[name][lab]
-            if not r.get("overhead_ms"):
+            if not r.get("overhead_ms") or not r.get("target_step_ms"):
                 continue
-            o = statistics.median(r["overhead_ms"])
+            cold = statistics.median(r["overhead_ms"])
             native = statistics.median(r["native_ms"]) * GPU_STEP_MS / statistics.median(r["target_step_ms"])
-            line += f"{lab}: {o:.3f} ms of {native + o:.2f} ms = {100 * o / (native + o):5.1f}%    "
+            line += f"{lab}: "
+            if r.get("warm_ms"):
+                warm = statistics.median(r["warm_ms"])
+                line += f"warm {warm:.3f} ms of {native + warm:.2f} ms = {100 * warm / (native + warm):4.1f}%, "
+            line += f"cold {cold:.3f} ms = {100 * cold / (native + cold):4.1f}%    "
         print(line)
     return rows
 
@@ -450,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--target", type=Path, default=ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--translated-target", type=Path, default=ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--warm", action="store_true",
+                    help="also run each configuration with llama_decode skipped: Python's cost with warm caches")
+    ap.add_argument("--evict", type=int, default=0, metavar="MIB",
+                    help="with --warm: stream MIB MiB through the caches at each skipped decode (a CPU step's effect)")
     ap.add_argument("--json", type=Path, help="write every answer's figures here")
     ap.add_argument("--sampling", type=int, metavar="PAIRS", default=0,
                     help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size")
@@ -461,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown configuration {bad[0]!r}: choose from {', '.join(CONFIGS)}")
     if args.sampling:
         return sampling_check(args)
+    if args.evict and not args.warm:
+        ap.error("--evict goes with --warm")
     if args.worker:
         return worker(args)
     args.target, args.translated_target = args.target.resolve(), args.translated_target.resolve()
@@ -478,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {r + 1}/{args.rounds} done (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}; {args.threads} thread(s), "
           f"{args.tokens} tokens an answer, {args.rounds} rounds x {args.answers} answers\n")
-    report(results, args.configs)
+    report(results, args.configs, args.evict)
     if args.json:
         args.json.write_text(json.dumps(results))
     return 0
