@@ -261,10 +261,21 @@ def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
     }
 
 
-def _common_token(session, role: str) -> int:
-    """A common word's token in ``role``'s vocabulary (what the fixed rows of --warm pick)."""
-    m = getattr(session, role).model
-    return m.tokenize(" the", add_special=False, parse_special=False)[0]
+def _common_token(model) -> int:
+    """A common word's token in ``model``'s vocabulary (what the fixed rows of --warm pick)."""
+    return model.tokenize(" the", add_special=False, parse_special=False)[0]
+
+
+def _answers(session, config, prompt, clock, copied, generated, n: int) -> list[dict]:
+    """``n`` answers after one that warms up and is not counted, each reading its prompt
+    the same way."""
+    out = []
+    for i in range(n + 1):
+        session.reset()
+        a = _one_answer(session, config, prompt, clock, copied, generated)
+        if i:
+            out.append(a)
+    return out
 
 
 def worker(args) -> int:
@@ -277,29 +288,20 @@ def worker(args) -> int:
     generated = _generated_counter()
     sessions = _sessions(args)
     for session in sessions.values():
-        for role in ("target", "draft"):
-            if getattr(session, role) is not None:
-                lm = getattr(session, role)
-                clock.fake(lm.ctx._ctx, lm.model.n_vocab, _common_token(session, role))
+        for lm in (session.target, session.draft):
+            if lm is not None:
+                clock.fake(lm.ctx._ctx, lm.model.n_vocab, _common_token(lm.model))
     out = {"configs": {}}
     for name in args.configs:
         session = sessions["alone" if name in ("none", "ngram") else "translated" if name.startswith("translated") else "self"]
         prompt = session.chat_prompt([{"role": "user", "content": PROMPT}])
         config = _config(name, args.tokens)
-        answers, warm = [], []
-        for i in range(args.answers + 1):
-            session.reset()  # every answer reads its prompt the same way
-            a = _one_answer(session, config, prompt, clock, copied, generated)
-            if i:
-                answers.append(a)
+        answers = _answers(session, config, prompt, clock, copied, generated, args.answers)
+        warm = []
         if args.warm:
             clock.skip = True
             try:
-                for i in range(args.answers + 1):
-                    session.reset()
-                    a = _one_answer(session, config, prompt, clock, copied, generated)
-                    if i:
-                        warm.append(a)
+                warm = _answers(session, config, prompt, clock, copied, generated, args.answers)
             finally:
                 clock.skip = False
         tkey = int(session.target.ctx._ctx)
@@ -461,7 +463,6 @@ def _collect(results: list[dict], name: str) -> dict[str, list[float]]:
             out.setdefault("accept", []).append(a["accepted"] / a["drafted"] if a["drafted"] else None)
         for a in c.get("warm", []):
             out.setdefault("warm_ms", []).append(a["overhead_ms"])
-            out.setdefault("warm_cpu_ms", []).append(a["overhead_cpu_ms"])
     return out
 
 
