@@ -10,7 +10,12 @@ greedy answer (48 tokens) to each of three calibration prompts through the same 
 users run (:meth:`Session.run`), interleaved and rotated round after round as the
 benchmark runner does (:func:`specdesk.bench.runner.schedule_round`), at least
 ``min_repeats`` rounds and more until every interval is within ``half_width`` or the
-time budget is spent. A configuration's prediction is its paired speedup over target
+time budget is spent. Each round continues target alone's answers of the round before
+(:func:`_next_context`): at T = 0 a plain repeat would generate the same 48 tokens again,
+re-timing them without sampling the draft's acceptance any further, and the prediction
+for a long k rests on that acceptance (on the scripted machines of the tests, three
+rounds of the same text missed held-out prompts by up to 11% at k = 7; three rounds
+that continue the text, by up to 6%). A configuration's prediction is its paired speedup over target
 alone (decode tokens/s, prompt excluded, and the last step too: :func:`steady_rate`),
 with a 95% interval and verdict from :func:`specdesk.bench.stats.paired_speedup`: the
 wider of the repeats' interval (noise) and the prompts' (a user's next prompt is none of
@@ -166,6 +171,9 @@ def run_loop(
     options = options or LoopOptions()
     names = [c.name for c in configs]
     tokens = {p.id: target.prompt_tokens(p.text) for p in suite.prompts}
+    context = dict(tokens)  # what each prompt's runs of this round continue: see _next_context
+    answers: dict[str, list[int]] = {}
+    n_ctx = getattr(target, "n_ctx", None)
     per_round = len(schedule_round([suite], configs, 0))
     runs: list[dict] = []
     start = clock()
@@ -178,10 +186,14 @@ def run_loop(
             if cancel is not None and cancel():  # after the progress: a cancel it prompted stops this run
                 raise Cancelled("the advisor's calibration was cancelled")
             target.reset()
-            gen = target.run(tokens[prompt.id], c.generation(SamplingParams(), options.max_tokens, r))
+            gen = target.run(context[prompt.id], c.generation(SamplingParams(), options.max_tokens, r))
             runs.append({"suite": suite.name, "prompt_id": prompt.id, "repeat": r, "config": c.name,
                          "stats": dict(gen.stats.to_dict(), tokens_per_second=steady_rate(gen.steps)), "identical": None})
+            if c.name == BASELINE:
+                answers[prompt.id] = gen.tokens if gen.stop_reason == "max_tokens" else []
         r += 1
+        for pid, answer in answers.items():
+            context[pid] = _next_context(tokens[pid], context[pid], answer, options.max_tokens, n_ctx)
         rows = summarize(runs, names, turns=False)["overall"]
         elapsed = clock() - start
         if r < options.min_repeats:
@@ -199,6 +211,22 @@ def run_loop(
         rows[c] = _for_other_prompts(rows[c], paired_ratios(runs, c))
     return LoopCalibration(names, rows, r, len(runs), clock() - start, reason, options.max_tokens,
                            [p.id for p in suite.prompts])
+
+
+def _next_context(prompt: list[int], context: list[int], answer: list[int], max_tokens: int,
+                  n_ctx: int | None) -> list[int]:
+    """What a prompt's runs continue in the next round: this round's context and target
+    alone's answer to it, so that each round measures the next stretch of the answer
+    (at T = 0 a repeat of the same context would generate the same tokens again, which
+    re-times them but samples the draft's acceptance no further); the prompt itself once
+    the answer ended before its length, or when the next round would not fit the
+    context."""
+    if len(answer) < max_tokens:  # it ended (or was not measured): the next round starts it again
+        return prompt
+    longer = context + answer
+    if n_ctx is not None and len(longer) + max_tokens > n_ctx:
+        return prompt
+    return longer
 
 
 def _for_other_prompts(row: dict, ratios: dict) -> dict:

@@ -136,6 +136,10 @@ class SessionTarget:
         self.translated = bool(session.translated)
         self.raw = raw  # prompts as plain completions, without the chat template
 
+    @property
+    def n_ctx(self) -> int:
+        return self.session.target.ctx.n_ctx
+
     def prompt_tokens(self, text: str) -> list[int]:
         if self.raw:
             return self.session.raw_prompt(text)
