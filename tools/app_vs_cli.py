@@ -87,6 +87,21 @@ def parse_config(name: str) -> tuple[str, str]:
 
 # -- the app, inside the virtual screen --------------------------------------------------
 
+def x_server_cpu() -> float | None:
+    """CPU seconds the virtual X server (xvfb-run's Xvfb, this process's sibling) has
+    used: the painting a desktop's display server does for the app, on the same cores."""
+    import psutil
+
+    try:
+        for p in psutil.Process().parent().children():
+            if p.name() == "Xvfb":
+                t = p.cpu_times()
+                return t.user + t.system
+    except (psutil.Error, AttributeError):
+        pass
+    return None
+
+
 def app_worker(cfg: dict) -> int:
     """Load the pair in the real MainWindow, send the prompt, print the result as one line."""
     from PySide6.QtCore import QSettings, QTimer
@@ -116,12 +131,16 @@ def app_worker(cfg: dict) -> int:
         if not state["sent"]:
             state["sent"] = True
             out["qt_cpu0"] = time.thread_time()  # this is the Qt thread
+            out["x_cpu0"] = x_server_cpu()
             w.send(cfg["prompt"])
 
     def done(gen) -> None:
         out["stats"] = gen.stats.to_dict()
         out["text"] = gen.text
         out["qt_cpu_s"] = time.thread_time() - out.pop("qt_cpu0")
+        x0, x1 = out.pop("x_cpu0"), x_server_cpu()
+        if x0 is not None and x1 is not None:
+            out["x_cpu_s"] = x1 - x0
         label = getattr(getattr(w, "stats", None), "auto_estimate", None)
         out["estimate"] = label.text() if label is not None else ""
         app.quit()
@@ -207,6 +226,8 @@ def figures(r: dict) -> dict:
          "accepted": st["accepted"], "steps": st["steps"], "decisions": dict(ranked), "text": r["text"]}
     if r.get("qt_cpu_s") is not None and st["decode_seconds"]:
         f["qt_cpu_share"] = r["qt_cpu_s"] / st["decode_seconds"]
+    if r.get("x_cpu_s") is not None and st["decode_seconds"]:
+        f["x_cpu_share"] = r["x_cpu_s"] / st["decode_seconds"]
     if r.get("estimate"):
         f["estimate"] = r["estimate"]
     return f
@@ -308,6 +329,7 @@ def main() -> int:
                     texts.setdefault((prompt, name), {}).setdefault(front, set()).add(f.pop("text"))
                     why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
                     extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
+                    extra += f", X server {100 * f['x_cpu_share']:.1f}%" if "x_cpu_share" in f else ""
                     print(f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
                           f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()})",
                           flush=True)
