@@ -41,10 +41,15 @@ pg.setConfigOptions(antialias=True, background="w", foreground="#495057")
 GREEN = "#2b8a3e"
 BLUE = "#1c7ed6"
 GREY = "#868e96"
-REPAINT_MS = 80  # live figures are shown at most this often (and at the end)
-# The charts follow every sixth repaint (about twice a second): measured offscreen,
-# painting the two plots was over half the panel's Qt-thread time at every third.
-CHART_EVERY = 6
+# Live figures are shown at most this often (and at the end): twice a second is as often
+# as a person reads a changing number, and on a 2-core machine the Qt thread's painting
+# takes its share from the decode (tools/app_vs_cli.py, target alone, 256 tokens: the Qt
+# thread used 7.7-8.6% of decode time with the figures at 80 ms and the charts every
+# 480 ms, 5.5-6.0% at 500 ms and 1 s). The streamed text keeps its own, faster rate.
+REPAINT_MS = 500
+# The charts follow every second repaint: painting the two plots was over half the
+# panel's Qt-thread time when they followed every third 80 ms repaint.
+CHART_EVERY = 2
 VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
 # green only beyond the machine's noise; within it, neither gain nor loss
 VERDICT_BACKGROUNDS = {FASTER: "#d3f9d8", WITHIN_NOISE: "#f1f3f5", SLOWER: "#ffe3e3"}
