@@ -172,7 +172,7 @@ def run_loop(
     names = [c.name for c in configs]
     tokens = {p.id: target.prompt_tokens(p.text) for p in suite.prompts}
     context = dict(tokens)  # what each prompt's runs of this round continue: see _next_context
-    answers: dict[str, list[int]] = {}
+    answers: dict[str, list[int] | None] = {}  # target alone's answer of this round; None when it ended
     n_ctx = getattr(target, "n_ctx", None)
     per_round = len(schedule_round([suite], configs, 0))
     runs: list[dict] = []
@@ -190,7 +190,7 @@ def run_loop(
             runs.append({"suite": suite.name, "prompt_id": prompt.id, "repeat": r, "config": c.name,
                          "stats": dict(gen.stats.to_dict(), tokens_per_second=steady_rate(gen.steps)), "identical": None})
             if c.name == BASELINE:
-                answers[prompt.id] = gen.tokens if gen.stop_reason == "max_tokens" else []
+                answers[prompt.id] = gen.tokens if gen.stop_reason == "max_tokens" else None
         r += 1
         for pid, answer in answers.items():
             context[pid] = _next_context(tokens[pid], context[pid], answer, options.max_tokens, n_ctx)
@@ -213,7 +213,7 @@ def run_loop(
                            [p.id for p in suite.prompts])
 
 
-def _next_context(prompt: list[int], context: list[int], answer: list[int], max_tokens: int,
+def _next_context(prompt: list[int], context: list[int], answer: list[int] | None, max_tokens: int,
                   n_ctx: int | None) -> list[int]:
     """What a prompt's runs continue in the next round: this round's context and target
     alone's answer to it, so that each round measures the next stretch of the answer
@@ -221,7 +221,7 @@ def _next_context(prompt: list[int], context: list[int], answer: list[int], max_
     re-times them but samples the draft's acceptance no further); the prompt itself once
     the answer ended before its length, or when the next round would not fit the
     context."""
-    if len(answer) < max_tokens:  # it ended (or was not measured): the next round starts it again
+    if answer is None:  # it ended before its length: the next round starts it again
         return prompt
     longer = context + answer
     if n_ctx is not None and len(longer) + max_tokens > n_ctx:
