@@ -68,7 +68,7 @@ def chat() -> None:
             return
         w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=4, p_min=0.0, max_tokens=160))
         w.send(PROMPT)
-        w.chats.task.step.connect(on_step)
+        w.chats.step.connect(on_step)
 
     def on_step(step) -> None:
         state["steps"] += 1

@@ -39,7 +39,7 @@ def ask(qtbot, w, text, timeout=GEN_TIMEOUT):
 def test_chat_shows_streamed_answer_provenance_stats_and_memory(qtbot, window, smol_path, smol_draft_path):
     w = window
     load(qtbot, w, smol_path, smol_draft_path)
-    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=4, p_min=0.0, max_tokens=48))
+    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=4, p_min=0.0, max_tokens=96))
     streamed = []
     w.chat_view.textChanged.connect(lambda: streamed.append(w.chat_view.live_text))
     gen = ask(qtbot, w, "Write a short Python function that adds two numbers.")
@@ -74,6 +74,48 @@ def test_chat_shows_streamed_answer_provenance_stats_and_memory(qtbot, window, s
     assert "draft position" in span.describe() or span.kind in ("correction", "bonus", "target")
 
 
+def test_the_qt_thread_is_woken_by_frames_not_by_steps(qtbot, window, smol_path):
+    """A streamed answer reaches the Qt thread on its frame clock: the worker's steps
+    post no event each (a signal per step woke the Qt thread 30 times a second, and on
+    a small machine every wake-up takes a core from llama.cpp). Every step is still
+    shown, in order, and the text shown is the answer's."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication
+
+    w = window
+    load(qtbot, w, smol_path, None)
+    w.apply_settings(ChatSettings(proposer="none", max_tokens=200))
+    posted = []
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):  # noqa: N802 - Qt API
+            # a queued signal to the objects the answer's worker signals through (its
+            # task, and the queue that the chat shares with the served requests)
+            if ev.type() == QEvent.Type.MetaCall and type(obj).__name__ in ("Task", "ServeController"):
+                posted.append(obj)
+            return False
+
+    counter = Count()
+    QApplication.instance().installEventFilter(counter)
+    shown = []
+    w.chats.step.connect(shown.append)
+    tasks = []
+    w.chats.changed.connect(lambda: tasks.append(w.chats.task))
+    try:
+        gen = ask(qtbot, w, "Tell a very long story about a lighthouse keeper.")
+    finally:
+        QApplication.instance().removeEventFilter(counter)
+    assert gen.stats.steps >= 100, "the answer is too short to tell frames from steps"
+    task = next(t for t in tasks if t is not None)
+    # the answer's start and end, and the queue's queued/started/finished: none per step
+    to_task = sum(1 for o in posted if o is task)
+    to_queue = sum(1 for o in posted if o is w.serve)
+    assert to_task <= 6 and to_queue <= 6, f"{to_task} + {to_queue} queued events for {gen.stats.steps} steps"
+    assert [s.index for s in shown] == list(range(len(gen.steps)))
+    assert w.chat_view.messages()[-1][1] == gen.text
+    assert w.latency.samples, "the frame clock ticked"
+
+
 def test_stop_mid_generation(qtbot, window, smol_path, smol_draft_path):
     w = window
     load(qtbot, w, smol_path, smol_draft_path)
@@ -85,7 +127,7 @@ def test_stop_mid_generation(qtbot, window, smol_path, smol_draft_path):
 
     assert w.send("Tell a very long story about a lighthouse keeper.")
     qtbot.waitUntil(started)
-    w.chats.task.step.connect(steps.append)
+    w.chats.step.connect(steps.append)
     qtbot.waitUntil(lambda: len(steps) >= 3, timeout=GEN_TIMEOUT)
     assert w.stop_btn.isEnabled() and not w.send_btn.isEnabled()
     with qtbot.waitSignal(w.generation_finished, timeout=30_000) as blocker:
@@ -209,16 +251,17 @@ def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, 
     w = MainWindow(data, autoload=False)
     w.show()
     load(qtbot, w, smol_path, smol_draft_path)
-    w.apply_settings(ChatSettings(max_tokens=300))
+    w.apply_settings(ChatSettings(max_tokens=900))
     steps = []
-    assert w.send("Count slowly to one hundred.")
-    w.chats.task.step.connect(steps.append)
+    prompt = "Tell a very long story about a lighthouse keeper."  # an answer that lasts beyond its first frames
+    assert w.send(prompt)
+    w.chats.step.connect(steps.append)
     qtbot.waitUntil(lambda: len(steps) >= 1, timeout=GEN_TIMEOUT)
     assert w.generating
     other = ChatStore(data / "chats.sqlite3")
     msgs = other.messages(w.chat_id)
     other.close()
-    assert [m.role for m in msgs] == ["user"] and msgs[0].content == "Count slowly to one hundred."
+    assert [m.role for m in msgs] == ["user"] and msgs[0].content == prompt
     w.close()
 
 

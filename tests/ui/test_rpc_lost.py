@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent("""
     w.error_shown.connect(errors.append)
     assert w.send("Tell a very long story about a lighthouse keeper.")
     first = []
-    w.chats.task.step.connect(lambda st: first.append(1) if st.tokens and len(first) == 0 and say("STREAMING") is None else None)
+    w.chats.step.connect(lambda st: first.append(1) if st.tokens and len(first) == 0 and say("STREAMING") is None else None)
     loop = QEventLoop(); QTimer.singleShot(120_000, loop.quit)
     t = QTimer(); t.timeout.connect(lambda: (errors or not w.generating) and loop.quit()); t.start(50)
     loop.exec(); t.stop()

@@ -30,6 +30,10 @@ from .settings import ChatSettings
 from .stats_panel import StatsPanel
 from .tasks import Task
 
+#: auto's estimate in words is shown at most this often: as often as the side panel's
+#: figures, since a new text re-lays out its word-wrapped label
+ESTIMATE_EVERY_S = 0.5
+
 STOP_REASONS = {"eos": "finished", "max_tokens": "max tokens reached", "cancelled": "stopped", "context": "context full"}
 
 
@@ -65,6 +69,9 @@ class ChatController(QObject):
     settings_opened = Signal(object)
     #: the answer's worker has ended; give the message box the focus back
     ended = Signal()
+    #: a step of the running answer, once it is shown (on the Qt thread, a frame's
+    #: steps together, oldest first)
+    step = Signal(object)
 
     def __init__(self, store: ChatStore, panel: ChatPanel, sidebar: ChatSidebar, stats: StatsPanel,
                  latency: LatencyProbe, host: ChatHost, parent: QObject | None = None) -> None:
@@ -82,6 +89,7 @@ class ChatController(QObject):
         self._last_mem = 0.0
         self._last_estimate = 0.0
         self._auto = False  # the answer running lets auto choose k
+        latency.tick.connect(self._frame)
         #: how an answer's steps are made (on its worker): the window routes them through
         #: the queue it shares with the requests it serves (ServeController.chat_steps)
         self.steps_of = lambda s, prompt, cfg, cancel: s.generate(prompt, cfg, cancel=cancel)
@@ -234,7 +242,6 @@ class ChatController(QObject):
                 self.host.set_status(f"the chat is longer than the context: the oldest {int(dropped)} message(s) were left out")
 
         task.progress.connect(started)
-        task.step.connect(self._on_step)
         task.succeeded.connect(lambda gen: self._on_generated(gen, chat_id, replaces))
         task.failed.connect(lambda msg: self._on_failed(msg, chat_id, replaces, new_user_text, state["started"]))
         task.was_cancelled.connect(lambda: self._on_failed("", chat_id, replaces, new_user_text, state["started"]))
@@ -252,20 +259,32 @@ class ChatController(QObject):
         self.changed.emit()
         return True
 
-    def _on_step(self, step) -> None:
-        if step.tokens:
-            self.view.append_tokens(step.tokens)  # also while closing: the stored answer comes from the view
+    def _frame(self) -> None:
+        """One frame of the running answer (the frame clock's tick): show the steps
+        its worker streamed since the last frame."""
+        task = self.task
+        steps = task.take_steps() if task is not None else []
+        if not steps:
+            return
+        view = self.view
+        for step in steps:
+            if step.tokens:
+                view.append_tokens(step.tokens)  # also while closing: the stored answer comes from the view
+        view.flush()
         if self.closing:
             return
-        self.stats.update_stats(step.stats)
+        for step in steps:
+            self.stats.update_stats(step.stats)  # every step is a point of the speed chart
         now = time.monotonic()
-        if self._auto and now - self._last_estimate > 0.25:
+        if self._auto and now - self._last_estimate > ESTIMATE_EVERY_S:
             self._last_estimate = now
             self._show_estimate()
         session = self.host.session
         if session is not None and now - self._last_mem > 1.0:
             self._last_mem = now
             self.stats.set_memory(session.memory())
+        for step in steps:
+            self.step.emit(step)
 
     def _show_estimate(self) -> None:
         """auto's current estimate and why it drafts or not (read as one object: the
@@ -293,6 +312,7 @@ class ChatController(QObject):
         return text
 
     def _on_generated(self, gen: Generation | None, chat_id: int, replaces: int | None) -> None:
+        self._frame()  # the steps streamed since the last frame
         self.latency.stop()
         if gen is None:
             self._delivered()
@@ -320,6 +340,7 @@ class ChatController(QObject):
     def _on_failed(self, msg: str, chat_id: int, replaces: int | None, new_user_text: str | None,
                    started: bool) -> None:
         """The answer failed (``msg``) or was stopped before its first step (no ``msg``)."""
+        self._frame()  # the steps streamed since the last frame
         self.latency.stop()
         text, spans = self.view.end_answer()
         if started and text and replaces is None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Iterator, Protocol, Sequence
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel
 
@@ -24,6 +25,7 @@ from ..errors import SpecDeskError
 from ..server.queue import GenerationQueue, Ticket
 from ..session import GenerationConfig, Session
 from .chat_panel import ChatPanel
+from .latency import FRAME_MS
 from .serve_panel import ServeSettings, ServeTab
 from .settings import ChatSettings
 from .stats_panel import StatsPanel
@@ -66,8 +68,14 @@ class ServeController(QObject):
         self.stats = stats
         self.chat_panel = chat_panel
         self.queue = GenerationQueue(tab.settings().queue)
-        self.queue.subscribe(lambda ev, t, step: self._event.emit(ev, t, step))
+        self.queue.subscribe(self._listen)
         self._event.connect(self._on_event)
+        # A served request's steps wait here for the next frame (at most FRAME_MS apart
+        # while a request runs), not a signal each: see _listen.
+        self._steps: deque[tuple[Ticket, object]] = deque()
+        self._frames = QTimer(self)
+        self._frames.setInterval(FRAME_MS)
+        self._frames.timeout.connect(self._frame)
         self.server = None  # runner.ServerThread while serving
         self.served: Session | None = None
         self._starting: Task | None = None
@@ -217,17 +225,42 @@ class ServeController(QObject):
 
     # -- what the queue says -----------------------------------------------------------------
 
+    def _listen(self, event: str, t: Ticket, step) -> None:
+        """The queue's listener, on the thread where the event happened. A step wakes
+        nobody: the chat's own steps reach its view through its task, and a served
+        request's wait for the next frame. Only the rare events (queued, started,
+        finished, rejected) are signalled to the Qt thread."""
+        if event == "step":
+            if t.kind != APP_KIND:
+                self._steps.append((t, step))
+            return
+        self._event.emit(event, t, step)
+
+    def _frame(self) -> None:
+        """Show the served requests' steps that arrived since the last frame."""
+        pop = self._steps.popleft
+        shown: dict[int, Ticket] = {}
+        now = time.monotonic()
+        while self._steps:
+            t, step = pop()
+            self._trace.append(step.stats)
+            self.stats.update_stats(step.stats)
+            if now - self._row_shown.get(t.id, 0.0) >= ROW_EVERY_S:
+                shown[t.id] = t
+        for t in shown.values():
+            self._row_shown[t.id] = now
+            self.tab.show_ticket(t)
+
     def _on_event(self, event: str, t: Ticket, step) -> None:
         if t.kind == APP_KIND:
             self._chat_event(event, t)
             return
-        now = time.monotonic()
-        if event == "step":
-            self._trace.append(step.stats)
-            self.stats.update_stats(step.stats)
-            if now - self._row_shown.get(t.id, 0.0) < ROW_EVERY_S:
-                return
-        self._row_shown[t.id] = now
+        self._frame()  # its steps come before what ended it
+        if event == "started":
+            self._frames.start()
+        elif event == "finished" and self.queue.running is None:
+            self._frames.stop()
+        self._row_shown[t.id] = time.monotonic()
         self.tab.show_ticket(t)
         if event == "started":
             self._trace = []

@@ -6,6 +6,12 @@ as its argument: it calls ``task.report(message, fraction)`` for progress,
 passes ``task.is_cancelled`` as a cancel callback) between units of work. Views
 only subscribe to the signals; no view code runs on the worker thread.
 
+Streamed results are not signalled one by one: ``emit_step`` only appends to a
+buffer, and the Qt thread takes what has arrived (``take_steps``) at its own pace,
+on the frame clock it repaints by. A signal per step woke the Qt thread 30 times a
+second during an answer, and on a small machine each wake-up takes a core from
+llama.cpp's threads, which then wait for each other at their next barrier.
+
 Every running task is registered, so the window can stop them all on close and the
 tests can check that none is left behind.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections import deque
 from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
@@ -36,7 +43,6 @@ def running_tasks() -> list["Task"]:
 
 class Task(QThread):
     progress = Signal(str, float)
-    step = Signal(object)
     succeeded = Signal(object)
     failed = Signal(str)
     was_cancelled = Signal()
@@ -56,6 +62,7 @@ class Task(QThread):
         self.setObjectName(name)
         self.result: Any = None
         self.error: str | None = None
+        self._steps: deque[Any] = deque()  # streamed results not yet taken (appends and pops are atomic)
         #: its thread is stuck for good (parked inside llama.cpp after an RPC server
         #: was lost): its outcome was delivered by hand, and nobody waits for it
         self.abandoned = False
@@ -75,7 +82,9 @@ class Task(QThread):
         return not self._cancel.is_set()
 
     def emit_step(self, obj: Any) -> None:
-        self.step.emit(obj)
+        """Hand ``obj`` to the Qt thread, which takes it with the next ``take_steps``
+        (no signal, so no wake-up of its own)."""
+        self._steps.append(obj)
 
     def is_cancelled(self) -> bool:
         return self._cancel.is_set()
@@ -119,6 +128,18 @@ class Task(QThread):
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def take_steps(self) -> list[Any]:
+        """The streamed results that arrived since the last call, oldest first. Every
+        result emitted before the task's outcome signal is here by the time that
+        signal is handled."""
+        out = []
+        pop = self._steps.popleft
+        try:
+            while True:
+                out.append(pop())
+        except IndexError:
+            return out
 
     def abandon(self, message: str) -> None:
         """Its thread will never come back (parked inside llama.cpp on a lost RPC
