@@ -19,11 +19,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPoint, QTimer
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
 from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QPainter,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -176,6 +177,13 @@ class ChatView(QTextBrowser):
         self._pending: list[Span] = []  # received, not yet written to the document
         self.document().setDocumentMargin(12)
         self.document().setUndoRedoEnabled(False)  # read-only: an undo stack only grows
+        # The style sheet gives the view a rounded border and leaves its viewport
+        # transparent, so every repaint of the streamed text repainted the window behind
+        # it (the main window, the splitter, the tabs, the chat panel: nine widgets a
+        # frame). The viewport paints its own background instead (paintEvent) and Qt
+        # repaints only it, and scrolls it by copying what is already drawn.
+        self.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+        self._background = QColor("#ffffff")
         self._repaint = QTimer(self)
         self._repaint.setSingleShot(True)
         self._repaint.setInterval(REPAINT_MS)
@@ -375,6 +383,12 @@ class ChatView(QTextBrowser):
         if not isinstance(prop, int) or prop >= len(self._all_spans):
             return None
         return self._all_spans[prop]
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self.viewport())
+        painter.fillRect(event.rect(), self._background)
+        painter.end()
+        super().paintEvent(event)
 
     def viewportEvent(self, event) -> bool:
         if event.type() == QEvent.Type.ToolTip:
