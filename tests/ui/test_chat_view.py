@@ -140,3 +140,35 @@ def test_stats_are_shown_at_a_bounded_rate_and_at_once_at_the_end(qtbot):
     assert p.m_steps.value.text() == "120" and p.verdict.text().startswith("4.00×")
     assert p.decisions.text().startswith("why: draft: bound<1 ×119")
     p.close()
+
+
+def test_the_live_speed_chart_keeps_its_axes_until_the_answer_outgrows_them(qtbot):
+    """While an answer runs, the speed chart's ranges move in steps (the tokens axis
+    doubles, the speed axis rounds up with headroom): an axis redraws its ticks and grid
+    whenever its range changes, so they must change a few times an answer, not at every
+    update. Every point is drawn inside them, and the finished answer fills the chart."""
+    from specdesk.ui.stats_panel import nice_ceiling
+
+    assert [nice_ceiling(x) for x in (0.5, 9.5, 23, 26.4, 101)] == [0.5, 10, 25, 30, 120]
+    p = StatsPanel()
+    p.show()
+    p.reset()
+    p.set_reference(30.0)
+    vb = p.speed_plot.getViewBox()
+    ranges = []
+    for i in range(1, 601):  # a 1,200-token answer whose speed climbs from 20 to 44 tok/s
+        st = _stats(i)
+        st.decode_seconds = st.generated / (20 + 0.04 * i)
+        p.update_stats(st)
+        p._update_charts(st)  # as the repaints do, every update here
+        (x0, x1), (y0, y1) = vb.viewRange()
+        assert x1 >= p._xs[-1] and y1 >= max(p._ys) and y1 >= 30.0  # every point, and the reference, in view
+        if not ranges or ranges[-1] != (x1, y1):
+            ranges.append((x1, y1))
+    assert len(ranges) <= 8, ranges  # 64 -> 128 -> ... -> 2048 tokens, and the speed a few times
+    assert [x for x, _ in ranges] == sorted(x for x, _ in ranges)  # they only grow
+    final = _stats(600)
+    final.decode_seconds = final.generated / 44.0
+    p.update_stats(final, live=False)
+    qtbot.waitUntil(lambda: vb.viewRange()[0][1] < 1.2 * p._xs[-1])  # the finished answer fills the chart
+    p.close()

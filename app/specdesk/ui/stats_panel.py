@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import html
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -50,6 +51,18 @@ REPAINT_MS = 500
 # The charts follow every second repaint: painting the two plots was over half the
 # panel's Qt-thread time when they followed every third 80 ms repaint.
 CHART_EVERY = 2
+
+
+def nice_ceiling(x: float) -> float:
+    """The smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of
+    ten) that is at least ``x`` (> 0): an axis maximum that reads well."""
+    if x <= 0:
+        return 1.0
+    step = 10.0 ** math.floor(math.log10(x))
+    for m in (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if m * step >= x * (1 - 1e-9):
+            return m * step
+    return 10.0 * step
 VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
 # green only beyond the machine's noise; within it, neither gain nor loss
 VERDICT_BACKGROUNDS = {FASTER: "#d3f9d8", WITHIN_NOISE: "#f1f3f5", SLOWER: "#ffe3e3"}
@@ -240,6 +253,7 @@ class StatsPanel(QFrame):
         self._live = True
         self._flushes = 0
         self._charted = 0  # chart points on screen
+        self._speed_range: tuple[float, float] | None = None  # the live speed chart's (x, y) maxima
         self._bars: tuple = ()
         self._pos_range: float | None = None
         self._repaint = QTimer(self)
@@ -264,6 +278,7 @@ class StatsPanel(QFrame):
         self._shown = None
         self._flushes = 0
         self._charted = 0
+        self._speed_range = None
         self._bars = ()
         self.speed_curve.setData([], [])
         self._empty_ranges()
@@ -348,17 +363,19 @@ class StatsPanel(QFrame):
         if why != self.decisions.text():
             self.decisions.setText(why)
         if not live or self._flushes % CHART_EVERY == 1:
-            self._update_charts(st)
+            self._update_charts(st, live)
         self._update_verdict(live)
         self.repaint_ms.append((time.perf_counter() - t0) * 1000.0)
 
-    def _update_charts(self, st: Stats) -> None:
+    def _update_charts(self, st: Stats, live: bool = True) -> None:
         if len(self._xs) != self._charted:
-            first = self._charted == 0
             self._charted = len(self._xs)
             self.speed_curve.setData(self._xs, self._ys)
-            if first:
-                self.speed_plot.enableAutoRange()
+            if live:
+                self._live_ranges()
+        if not live and self._xs:
+            self._speed_range = None
+            self.speed_plot.enableAutoRange()  # the finished answer fills the chart
         rates = st.acceptance_per_position
         xs = [i + 1 for i, r in enumerate(rates) if r is not None]
         hs = [r for r in rates if r is not None]
@@ -368,6 +385,28 @@ class StatsPanel(QFrame):
             if xs and max(xs) != self._pos_range:
                 self._pos_range = max(xs)
                 self.pos_plot.setXRange(0.4, max(xs) + 0.6, padding=0)
+
+    def _live_ranges(self) -> None:
+        """The speed chart's ranges while an answer runs: stepped (the tokens axis
+        doubles, the speed axis rounds up to a round number with headroom), so they
+        change a few times an answer rather than at every update (a finished answer
+        fills the chart). An axis draws its
+        ticks and the grid again whenever its range changes, which was most of the
+        panel's painting, on the cores the decode runs on."""
+        x = max(self._xs[-1], 1.0)
+        y = max(max(self._ys), self._reference or 0.0)
+        rng = self._speed_range
+        if rng is not None and x <= rng[0] and y <= rng[1]:
+            return
+        xmax = 64.0
+        while xmax < x:
+            xmax *= 2
+        ymax = nice_ceiling(1.1 * y)
+        if rng is not None:
+            xmax, ymax = max(xmax, rng[0]), max(ymax, rng[1])
+        self._speed_range = (xmax, ymax)
+        self.speed_plot.setXRange(0, xmax, padding=0)
+        self.speed_plot.setYRange(0, ymax, padding=0)
 
     def _update_verdict(self, live: bool) -> None:
         st = self._stats
