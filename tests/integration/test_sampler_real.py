@@ -125,6 +125,7 @@ class ReplayedDraft:
     the draft's q, the rest a fixed token (one-hot q), with q handed to the verifier."""
 
     name = "draft"
+    drafts = True
     native_seconds = 0.0
 
     def __init__(self, q: np.ndarray, filler: int) -> None:

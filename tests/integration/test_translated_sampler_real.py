@@ -54,6 +54,7 @@ class ReplayedTranslated:
     greedily, so the same every time), q one-hot (None), under its source name."""
 
     name = "translated"
+    drafts = True
     native_seconds = 0.0
 
     def __init__(self, tokens: tuple[int, ...]) -> None:

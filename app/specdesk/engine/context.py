@@ -68,6 +68,11 @@ class Context:
         self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
         self._out = np.ctypeslib.as_array(ctypes.cast(b.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n,))
         self._positions = np.arange(self._n_ctx, dtype=np.int32)
+        # a one-token batch (every target-alone step, every drafted token) is written
+        # through the ctypes pointers: four NumPy slice assignments cost more than the
+        # rest of the call, most of all in the cold caches a CPU step leaves
+        self._ptok, self._ppos, self._plogits = b.token, b.pos, b.logits
+        self._view1: np.ndarray | None = None  # the first row of _view_all
         self._view_all: np.ndarray | None = None  # a read-only view of llama.cpp's logits rows
         self._view_addr = 0
         self._view_rows = 0
@@ -152,11 +157,16 @@ class Context:
             check_alive(self._rpc)  # llama.cpp would abort on a server that has gone
         m = len(tokens)
         p0 = len(self.history)
-        self._tok[:m] = tokens
-        self._pos[:m] = self._positions[p0 : p0 + m]
-        self._out[:m] = all_rows
-        if last_row:
-            self._out[m - 1] = 1
+        if m == 1:
+            self._ptok[0] = tokens[0]
+            self._ppos[0] = p0
+            self._plogits[0] = all_rows or last_row
+        else:
+            self._tok[:m] = tokens
+            self._pos[:m] = self._positions[p0 : p0 + m]
+            self._out[:m] = all_rows
+            if last_row:
+                self._out[m - 1] = 1
         self._batch.n_tokens = m
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
@@ -178,7 +188,8 @@ class Context:
             view = np.frombuffer(buf, dtype=np.float32).reshape(n_out, self._n_vocab)
             view.flags.writeable = False
             self._view_all, self._view_addr, self._view_rows = view, addr, n_out
-        return self._view_all[:n_out]
+            self._view1 = view[:1]
+        return self._view1 if n_out == 1 else self._view_all[:n_out]
 
     def _copy(self, rows: np.ndarray) -> np.ndarray:
         out = rows.copy()

@@ -110,6 +110,9 @@ def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, par
     else rejection sampling against the rows warped over their support, each only once
     the verifier reaches it (q one-hot where the draft is deterministic)."""
     if params.greedy:
+        if not draft_tokens:  # a target step: one row, one argmax
+            best = int(rows[0].argmax())
+            return Verdict(0, best, "bonus", target_argmax=(best,))
         return verify_greedy(draft_tokens, argmax_rows(rows))
     q = draft.q[: len(draft_tokens)] if draft.q is not None else None
     return verify_stochastic(draft_tokens, WarpedRows(rows, params), q, rng)
@@ -210,6 +213,8 @@ class _Loop:
         """The draft for this step, cut to what the answer and the context have room
         for, and the controller's decision about it."""
         limit = min(self.max_tokens - self.stats.generated - 1, self.target.n_ctx - len(self.seq))
+        if not self.proposer.drafts:  # target alone: nothing to ask
+            return [], EMPTY_DRAFT, _UNDECIDED[LAST_TOKEN if limit <= 0 else TARGET_ALONE]
         ctl = self.controller
 
         def budget(source: str, hint: int | None) -> int:
