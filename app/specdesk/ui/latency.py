@@ -45,10 +45,6 @@ class LatencyProbe(QObject):
     def stop(self) -> None:
         self._timer.stop()
 
-    @property
-    def running(self) -> bool:
-        return self._timer.isActive()
-
     def _tick(self) -> None:
         now = time.perf_counter()
         self.samples.append(max(0.0, (now - self._last) * 1000.0 - self.interval_ms))

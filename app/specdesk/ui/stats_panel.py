@@ -52,6 +52,10 @@ REPAINT_MS = 500
 # panel's Qt-thread time when they followed every third 80 ms repaint.
 CHART_EVERY = 2
 
+VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
+# green only beyond the machine's noise; within it, neither gain nor loss
+VERDICT_BACKGROUNDS = {FASTER: "#d3f9d8", WITHIN_NOISE: "#f1f3f5", SLOWER: "#ffe3e3"}
+
 
 def nice_ceiling(x: float) -> float:
     """The smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of
@@ -63,9 +67,6 @@ def nice_ceiling(x: float) -> float:
         if m * step >= x * (1 - 1e-9):
             return m * step
     return 10.0 * step
-VERDICT_STYLE = "padding: 6px; border-radius: 4px; background: {};"
-# green only beyond the machine's noise; within it, neither gain nor loss
-VERDICT_BACKGROUNDS = {FASTER: "#d3f9d8", WITHIN_NOISE: "#f1f3f5", SLOWER: "#ffe3e3"}
 
 
 # One helper for sizes (kept under this name for the views that import it from here).
