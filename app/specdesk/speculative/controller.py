@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple, Protocol
 
 from .costmodel import CostModel, Outcome, PositionAcceptance, RunningCost
@@ -112,6 +113,8 @@ FIXED = "fixed"  # a fixed k
 NO_CANDIDATE = "no candidate"  # the proposer had nothing to offer (no n-gram match)
 TARGET_ALONE = "target alone"  # no proposer
 
+_seconds = itemgetter(1)  # of a (step, seconds) pair
+
 
 class Decision(NamedTuple):
     """What the controller chose for one step, and why; ``arm`` is the source's key
@@ -141,9 +144,9 @@ class Decision(NamedTuple):
         return f"{self.source}: {what}" if self.source else what
 
 
-@dataclass(frozen=True)
-class StepCost:
-    """What one step cost and gave, for the controller to learn from."""
+class StepCost(NamedTuple):
+    """What one step cost and gave, for the controller to learn from (a named tuple,
+    as Decision: one is made every step)."""
 
     source: str  # the draft's source ("draft", "translated", "ngram", "history"), "" when nothing was drafted
     match_length: int | None
@@ -707,7 +710,7 @@ class AutoK:
         recent.append((self._t, seconds))
         while len(recent) > 16 or (len(recent) > 2 and self._t - recent[0][0] > 64):
             del recent[0]  # the last 16 target steps, or fewer: those of the last 64 steps
-        y = min(seconds, self.spike * min(x for _, x in recent))
+        y = min(seconds, self.spike * min(recent, key=_seconds)[1])
         o = self._target
         if o.x > 0 and y < 0.5 * o.y / o.x:
             # far faster than what was counted: the earlier steps were slowed (nothing

@@ -111,7 +111,7 @@ def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, par
     the verifier reaches it (q one-hot where the draft is deterministic)."""
     if params.greedy:
         if not draft_tokens:  # a target step: one row, one argmax
-            best = int(rows[0].argmax())
+            best = int(rows.argmax())  # the one row's (the flat index of a 1-row view)
             return Verdict(0, best, "bonus", target_argmax=(best,))
         return verify_greedy(draft_tokens, argmax_rows(rows))
     q = draft.q[: len(draft_tokens)] if draft.q is not None else None
