@@ -90,6 +90,33 @@ def test_streamed_tokens_are_written_at_a_bounded_rate_and_appended_at_the_end(q
     v.close()
 
 
+def test_a_streamed_frame_lays_out_the_answers_end_not_the_whole_answer(qtbot):
+    """Each repaint of a long answer asks Qt to lay out again only its last lines: the
+    layout's dirty region starts near the document's end, however long the answer has
+    grown (in a nested frame, as it was, every repaint laid out the answer from its
+    first line, and a frame's cost grew with the answer)."""
+    v = ChatView()
+    v.resize(700, 500)
+    v.show()
+    v.add_message("user", "count")
+    v.begin_answer()
+    tops: list[float] = []
+    v.document().documentLayout().update.connect(lambda r: tops.append(r.y()))
+    line = v.fontMetrics().lineSpacing()
+    below = []  # per repaint: the height of the document from the dirty region's top down
+    for i in range(240):
+        v.append_tokens([Tok(f"    x{i} = x{i} + 1\n" if i % 2 else f"# step {i}", "accepted")])
+        tops.clear()
+        v.flush()
+        qtbot.wait(1)  # the event loop lays the document out
+        assert tops, i
+        below.append(v.document().size().height() - min(tops))
+    assert v.document().size().height() > 60 * line  # the answer is long: 120 lines
+    late = below[120:]  # the viewport's width settled (a scroll bar appearing lays all out)
+    assert max(late) <= 4 * line, (max(late), line)
+    v.close()
+
+
 def test_the_end_of_an_answer_writes_what_is_pending(qtbot):
     v = ChatView()
     v.show()

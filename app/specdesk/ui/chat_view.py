@@ -8,8 +8,11 @@ messages are rendered by Qt's own Markdown support.
 Streaming costs the engine nearly nothing: tokens are kept as they arrive (plain
 Python, no Qt work) and written to the document at a bounded rate (every
 ``REPAINT_MS`` and at the end of the answer), appended at the end of the answer in
-one edit block, so only the last paragraph is laid out again. The Qt thread's time
-per repaint is recorded in ``repaint_ms``.
+one edit block, so only the last paragraph is laid out again: an assistant's message
+is a run of blocks with side margins in the document's root frame, which Qt lays out
+incrementally (in a nested frame, as a user's message is, every edit lays the whole
+frame out again, and a frame's cost grew with the answer). The Qt thread's time per
+repaint is recorded in ``repaint_ms``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,16 @@ LEGEND_LABELS = {"accepted": "draft", "ngram": "lookup"}
 SPAN_PROP = QTextFormat.Property.UserProperty + 1
 USER_BG = "#f1f3f5"
 REPAINT_MS = 80  # streamed text is written at most this often (and at the end)
+INSET = 8  # a message's text from its edges, in pixels
+
+
+def _answer_format() -> QTextBlockFormat:
+    """An assistant's blocks: inset as a user's message is by its frame's padding (the
+    blocks that follow, a new line's, inherit it)."""
+    bf = QTextBlockFormat()
+    bf.setLeftMargin(INSET)
+    bf.setRightMargin(INSET)
+    return bf
 
 
 def colour_key(kind: str, source: str) -> str:
@@ -172,7 +185,6 @@ class ChatView(QTextBrowser):
         self._live_spans: list[Span] = []
         self._live_text = ""
         self._live_md: _MarkdownState | None = None
-        self._live_frame = None
         self._all_spans: list[Span] = []  # flat list indexed by SPAN_PROP
         self._pending: list[Span] = []  # received, not yet written to the document
         self.document().setDocumentMargin(12)
@@ -217,7 +229,7 @@ class ChatView(QTextBrowser):
         self._live_spans = []
         self._live_text = ""
         self._live_md = _MarkdownState()
-        self._live_frame = self._start_block("assistant")
+        self._start_block("assistant")
 
     def append_tokens(self, tokens) -> None:
         """tokens: TokenInfo objects of one step. They are kept now and written at
@@ -237,11 +249,11 @@ class ChatView(QTextBrowser):
         """Write the tokens received since the last repaint, in one edit block at the
         end of the answer."""
         self._repaint.stop()
-        if not self._pending or self._live_md is None or self._live_frame is None:
+        if not self._pending or self._live_md is None:
             self._pending = []
             return
         t0 = time.perf_counter()
-        cur = self._live_frame.lastCursorPosition()
+        cur = self._end_cursor()  # the live answer is the document's last message
         cur.beginEditBlock()
         for sp in self._pending:
             self._insert_token(cur, self._live_text[sp.start : sp.end], sp, self._live_md, colour=self._provenance)
@@ -310,39 +322,50 @@ class ChatView(QTextBrowser):
         for role, text, spans in self._messages:
             self._render_message(role, text, spans)
         if self._live_md is not None:
-            self._live_frame = self._start_block("assistant")
+            cur = self._start_block("assistant")
             md = _MarkdownState()
             self._live_md = md
-            cur = self._live_frame.lastCursorPosition()
             for sp in self._live_spans:
                 self._insert_token(cur, self._live_text[sp.start : sp.end], sp, md, colour=self._provenance)
         block.endEditBlock()
         self._scroll_to_end()
 
-    def _start_block(self, role: str):
-        """A heading and a frame for one message; returns the frame to write into."""
+    def _start_block(self, role: str) -> QTextCursor:
+        """A heading for one message, and where its text goes: a frame with a
+        background for the user's, blocks with the same inset in the root frame for
+        the assistant's (see the module docstring); returns a cursor there."""
         cur = self._end_cursor()
         if not self.document().isEmpty():
-            cur.insertBlock()
+            # a blank line between messages, whatever block (a list item, a margin)
+            # the last one ended in
+            cur.insertBlock(QTextBlockFormat(), QTextCharFormat())
         head = QTextCharFormat()
         head.setFontWeight(QFont.Weight.Bold)
         head.setForeground(QColor("#495057"))
         bf = QTextBlockFormat()
         bf.setTopMargin(10)
+        if role == "assistant":
+            bf.setBottomMargin(INSET)
         cur.insertBlock(bf)
         cur.insertText("You" if role == "user" else "Assistant", head)
+        if role == "assistant":
+            cur.insertBlock(_answer_format(), QTextCharFormat())
+            return cur
         frame = QTextFrameFormat()
-        frame.setPadding(8)
+        frame.setPadding(INSET)
         frame.setBorder(0)
         if role == "user":
             frame.setBackground(QColor(USER_BG))
-        return cur.insertFrame(frame)
+        return cur.insertFrame(frame).lastCursorPosition()
 
     def _render_message(self, role: str, text: str, spans: list[Span] | None) -> None:
-        cur = self._start_block(role).lastCursorPosition()
+        cur = self._start_block(role)
         if role != "assistant" or not spans or not self._provenance:
             if role == "assistant":
+                start = cur.position()
                 cur.insertMarkdown(text)
+                cur.setPosition(start, QTextCursor.MoveMode.KeepAnchor)
+                cur.mergeBlockFormat(_answer_format())  # Markdown's blocks, inset as the others
             else:
                 cur.insertText(text, QTextCharFormat())
             return
