@@ -318,4 +318,10 @@ def test_llama_cpp_unguarded(case, unguarded):
     loaded and used without validation aborts, hangs, is refused by llama.cpp itself,
     or (for ids it only warns about) is used with something else in their place."""
     got = unguarded[case.name]
-    assert got == ("ok" if case.llama == "ignores" else case.llama), got
+    want = "ok" if case.llama == "ignores" else case.llama
+    # A loop that never ends and keeps allocating dies of the probe's address-space
+    # limit (4 GiB) or runs past its timeout, whichever comes first: on this project's
+    # machines the rwkv case took 10.3 s to use the 4 GiB, against a timeout of 10 s.
+    # A crash may equally be an uncaught std::bad_alloc.
+    accepted = {"hang": {"hang", "out of memory"}, "abort": {"abort", "out of memory"}}.get(want, {want})
+    assert got in accepted, got

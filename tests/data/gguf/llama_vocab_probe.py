@@ -9,6 +9,9 @@ limit and a timeout, since the point is to see it abort or hang) and returns one
 * ``"refuses"``: llama_model_load_from_file returns NULL (llama.cpp's own error);
 * ``"error"``: a llama_decode or llama_tokenize call returns an error code;
 * ``"abort"``: the process dies on a signal (GGML_ASSERT, an uncaught C++ exception);
+* ``"out of memory"``: it dies of an uncaught std::bad_alloc, having used the address
+  space it is allowed (what a loop that never ends and keeps allocating comes to,
+  before or after the timeout depending on the machine's speed);
 * ``"hang"``: it runs past the timeout.
 """
 
@@ -35,7 +38,7 @@ def probe(path: str | Path, *, timeout: float = 20.0, address_space: int = 4 << 
     except subprocess.TimeoutExpired:
         return "hang"
     if p.returncode < 0 or p.returncode == 134:
-        return "abort"
+        return "out of memory" if "std::bad_alloc" in p.stderr else "abort"
     last = (p.stdout.strip().splitlines() or ["?"])[-1]
     return last if last in ("ok", "refuses", "error") else f"exit {p.returncode}: {p.stderr[-300:]}"
 
