@@ -79,14 +79,11 @@ class HistoryIndex:
             toks = toks[-self.max_tokens :]
         if self._buf and self._buf[-1] != _SEP:
             self._buf.append(_SEP)
-        # the document's n-grams, each pointing after itself (no n-gram spans the
-        # separator before it); a later occurrence replaces an earlier one
-        p0 = self._base + len(self._buf)
-        self._buf.extend(toks)
-        table, lo, hi = self._table, self.min_n, self.max_n
-        for j in range(lo, len(toks)):
-            for n in range(lo, min(hi, j) + 1):
-                table[tuple(toks[j - n : j])] = p0 + j
+        for t in toks:
+            self._buf.append(t)
+            p = self._base + len(self._buf) - 1
+            for gram in self._keys_before(p):
+                self._table[gram] = p
         self._tokens += len(toks)
         self._evict()
 
