@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication
 from specdesk.speculative.stats import Stats
 from specdesk.ui.chat_view import ChatView, Span, _MarkdownState
 from specdesk.ui.stats_panel import StatsPanel
@@ -147,6 +148,40 @@ def _stats(steps: int, decisions: dict | None = None) -> Stats:
                drafted_per_position=[steps], accepted_per_position=[steps // 2])
     st.decisions = dict(decisions or {"draft: k>0 by cost model": steps})
     return st
+
+
+def test_the_speed_charts_axes_are_drawn_again_only_when_their_range_changes(qtbot, monkeypatch):
+    """An axis paints its ticks, labels and the grid lines across the plot: each repaint of
+    the live curve must reuse the axes as drawn (cached), not draw them again, until a
+    range step changes them."""
+    import pyqtgraph as pg
+
+    painted = []
+    paint = pg.AxisItem.paint
+    monkeypatch.setattr(pg.AxisItem, "paint", lambda self, *a: (painted.append(self), paint(self, *a))[1])
+    p = StatsPanel()
+    qtbot.addWidget(p)
+    p.resize(300, 700)
+    p.show()
+    qtbot.waitExposed(p)
+    p.reset()
+    p.set_reference(30.0)
+    axes = [p.speed_plot.getAxis("left"), p.speed_plot.getAxis("bottom")]
+    ranges, repaints = set(), 0
+    for i in range(1, 121):  # a 240-token answer near 30 tok/s: the ranges step twice at most
+        st = _stats(i)
+        st.decode_seconds = st.generated / 30.0
+        p.update_stats(st)
+        p._update_charts(st)
+        p.speed_plot.viewport().repaint()  # as the frame clock's repaint would
+        QApplication.processEvents()
+        ranges.add(tuple(map(tuple, p.speed_plot.getViewBox().viewRange())))
+        repaints += 1
+    own = [a for a in painted if any(a is x for x in axes)]
+    assert repaints == 120 and len(p.speed_curve.getData()[0]) == 120  # every update was drawn
+    assert own  # the axes were drawn at all
+    # each axis paints once per range (and once for the layout's first sizes), not per repaint
+    assert len(own) <= 2 * (len(ranges) + 2), (len(own), len(ranges))
 
 
 def test_stats_are_shown_at_a_bounded_rate_and_at_once_at_the_end(qtbot):

@@ -21,6 +21,7 @@ from PySide6.QtCore import QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QFrame,
+    QGraphicsItem,
     QGridLayout,
     QGroupBox,
     QLabel,
@@ -244,6 +245,12 @@ class StatsPanel(QFrame):
             w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         lay.addWidget(mem)
         lay.addStretch(1)
+        for plot in (self.speed_plot, self.pos_plot):
+            for name in ("left", "bottom"):
+                # An axis draws its ticks, labels and grid lines (which span the plot) again at
+                # every repaint of the plot, ~2 ms each here: cached as a pixmap, it is drawn
+                # again only when its range or size changes (an update invalidates the cache).
+                plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
         self._reference: float | None = None
         self._reference_how = "measured"
