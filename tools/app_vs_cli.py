@@ -157,13 +157,32 @@ def app_worker(cfg: dict) -> int:
 
 # -- the driver --------------------------------------------------------------------------
 
+def package_root(folder: str) -> Path:
+    """The folder to put on PYTHONPATH for a copy of the package: ``folder`` when it
+    holds ``specdesk/``, or its ``app/`` (a checkout, or ``git archive REV app`` unpacked)."""
+    d = Path(folder).resolve()
+    for root in (d / "app", d):
+        if (root / "specdesk" / "__init__.py").is_file():
+            return root
+    raise SystemExit(f"{folder}: neither it nor its app/ folder holds the specdesk package")
+
+
+def check_imports(env: dict, want: Path) -> None:
+    """The package a run imports is the one asked for (an installed copy would
+    otherwise win silently, and a comparison would measure the same code twice)."""
+    got = subprocess.run([sys.executable, "-c", "import specdesk; print(specdesk.__file__)"], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(got).resolve().is_relative_to(want):
+        raise SystemExit(f"runs would import {got}, not the package under {want}")
+
+
 def fresh_env(args, folders: dict, before: bool = False) -> dict:
     """The environment of one run: this checkout's (or --source's, or for a
     configuration@before --before's) package, and the given data, cache and config
     folders and HOME."""
     env = dict(os.environ)
     source = args.before if before else args.source
-    src = str(Path(source).resolve()) if source else str(REPO / "app")
+    src = str(package_root(source)) if source else str(REPO / "app")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["HOME"] = folders["home"]
     env["SPECDESK_DATA_DIR"] = folders["data"]
@@ -281,9 +300,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--target", type=Path)
     ap.add_argument("--draft", type=Path)
-    ap.add_argument("--source", type=Path, help="the package source root to run (default: this checkout's app/)")
+    ap.add_argument("--source", type=Path, help="another copy of the package to run: a folder holding app/ (e.g. `git archive REV app` unpacked) "
+                         "or app/ itself (default: this checkout's app/)")
     ap.add_argument("--before", type=Path,
-                    help="another package source root, for the configurations named NAME@before (e.g. auto@before): "
+                    help="another copy of the package, as --source, for the configurations named NAME@before (e.g. auto@before): "
                          "the code before a change, measured in the same run, against the same target-alone runs")
     ap.add_argument("--shared-cache", action="store_true", help="one cache, config and HOME for all runs")
     ap.add_argument("--offscreen", action="store_true", help="Qt's offscreen platform instead of xvfb-run")
@@ -311,9 +331,14 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="specdesk-appvscli-"))
     shared = new_folders(root) if args.shared_cache else None
+    check = new_folders(root)
+    check_imports(fresh_env(args, check), package_root(args.source) if args.source else REPO / "app")
+    if args.before is not None:
+        check_imports(fresh_env(args, check, before=True), package_root(args.before))
     print(f"{args.target.name} + {args.draft.name}, {args.tokens} tokens, p-min {args.p_min}, threads "
           f"{args.threads or 'default'}, {'offscreen' if args.offscreen else 'xvfb'}, "
-          f"{'one shared cache' if shared else 'fresh folders every run'}, source {args.source or 'this checkout'}, "
+          f"{'one shared cache' if shared else 'fresh folders every run'}, source {args.source or 'this checkout'}"
+          f"{', before ' + str(package_root(args.before)) if args.before else ''}, "
           f"load {load_now()}", flush=True)
     rows: dict = {}
     texts: dict = {}
