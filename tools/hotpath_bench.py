@@ -9,6 +9,7 @@ in one run. A benchmark tool, not a timed test.
     .venv/bin/python tools/hotpath_bench.py --warm             # also Python alone, compute skipped
     .venv/bin/python tools/hotpath_bench.py --warm --evict 64  # ... with 64 MiB streamed per skipped step
     .venv/bin/python tools/hotpath_bench.py --sampling 150    # in-place argmax vs llama.cpp's backend sampler
+    .venv/bin/python tools/hotpath_bench.py --floor 7         # target alone's overhead, depth by depth
 
 ``--before DIR`` names another checkout (a folder holding ``app/``, e.g. made with
 ``git archive main app | tar -x -C DIR``); its runs alternate with this checkout's,
@@ -414,6 +415,87 @@ def sampling_check(args) -> int:
 # -- the parent: rounds of fresh workers, the tables ------------------------------------------
 
 
+def floor_check(args) -> int:
+    """Where target alone's overhead goes, on the target, in one process: the same
+    answer (``--tokens`` tokens, greedy) decoded at four depths of the loop, interleaved
+    ``args.floor`` times, each timed as the main tool does (wall time minus the time in
+    llama_decode and llama_get_logits, per step):
+
+    - raw: the ctypes batch, llama_decode, a view of the row and its argmax (the least
+      any Python loop over llama.cpp pays per step, here);
+    - raw + text: the token's bytes through the incremental UTF-8 decoder, the end check;
+    - engine: ``Context.eval`` with the argmax as its ``fn`` (the engine's bookkeeping),
+      and the text;
+    - loop: ``Session.generate`` with proposer none and auto (the decode loop's records,
+      statistics, controller and Step: what the main table measures as target alone)."""
+    import codecs
+
+    import llama_cpp
+    import numpy as np
+
+    from specdesk.session import GenerationConfig, ModelSpec, Session
+
+    clock = NativeClock()
+    session = Session.load(ModelSpec(args.target, n_ctx=args.ctx, threads=args.threads), remember_costs=False)
+    prompt = session.chat_prompt([{"role": "user", "content": PROMPT}])
+    ctx, model = session.target.ctx, session.target.model
+    n, n_vocab = args.tokens, ctx.n_vocab
+
+    def native() -> float:
+        return clock.snapshot()[2]
+
+    def by_hand(depth: str) -> float:
+        session.reset()
+        ctx.prefill(prompt[:-1], logits=False)
+        tok, pos = prompt[-1], len(prompt) - 1
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        b = ctx._batch
+        ptok, ppos, plog = b.token, b.pos, b.logits
+        text = []
+        n0, t0 = native(), time.perf_counter()
+        for _ in range(n):
+            if depth == "engine":
+                tok = ctx.eval([tok], fn=lambda rows: int(rows.argmax()))
+            else:
+                ptok[0], ppos[0], plog[0] = tok, pos, 1
+                b.n_tokens = 1
+                llama_cpp.llama_decode(ctx._ctx, b)
+                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx._ctx), shape=(n_vocab,))
+                tok = int(row.argmax())
+                pos += 1
+                if depth == "raw":
+                    continue
+            if not model.is_eog(tok):
+                text.append(dec.decode(model.token_bytes(tok)))
+        wall = time.perf_counter() - t0
+        return 1e3 * (wall - (native() - n0)) / n
+
+    def loop() -> float:
+        session.reset()
+        config = GenerationConfig(proposer="none", k="auto", max_tokens=n + 1)
+        steps, t0, n0 = 0, 0.0, 0.0
+        for i, _ in enumerate(session.generate(prompt, config)):
+            if i == 0:  # the first step follows the prompt: timed from its end
+                t0, n0 = time.perf_counter(), native()
+            else:
+                steps += 1
+        return 1e3 * (time.perf_counter() - t0 - (native() - n0)) / max(1, steps)
+
+    depths = {"raw": lambda: by_hand("raw"), "raw + text": lambda: by_hand("text"),
+              "engine": lambda: by_hand("engine"), "loop": loop}
+    out: dict[str, list[float]] = {name: [] for name in depths}
+    for f in depths.values():  # a warm-up of each, not counted
+        f()
+    for r in range(args.floor):
+        for name in (list(depths) if r % 2 == 0 else list(reversed(depths))):
+            out[name].append(depths[name]())
+    print(f"target alone on {Path(args.target).name}, {args.threads} thread(s), {n} tokens, {args.floor} answers a depth, "
+          f"interleaved (load {os.getloadavg()[0]:.1f}): Python per step, ms, median [min-max]")
+    for name, xs in out.items():
+        print(f"  {name:<11} {_med(xs)}")
+    return 0
+
+
 def _run_worker(tree: Path, args, configs: list[str]) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(tree / "app")
@@ -546,6 +628,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write every answer's figures here")
     ap.add_argument("--sampling", type=int, metavar="PAIRS", default=0,
                     help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size")
+    ap.add_argument("--floor", type=int, metavar="ANSWERS", default=0,
+                    help="instead: target alone's Python per step at four depths of the loop (raw llama_decode and "
+                         "argmax, + the text, the engine, the whole loop), ANSWERS answers each, interleaved")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.configs = [c for c in args.configs.split(",") if c]
@@ -554,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown configuration {bad[0]!r}: choose from {', '.join(CONFIGS)}")
     if args.sampling:
         return sampling_check(args)
+    if args.floor:
+        return floor_check(args)
     if args.evict and not args.warm:
         ap.error("--evict goes with --warm")
     if args.worker:
