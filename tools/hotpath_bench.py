@@ -8,7 +8,7 @@ in one run. A benchmark tool, not a timed test.
     .venv/bin/python tools/hotpath_bench.py --configs none,ngram --tokens 160 --json out.json
     .venv/bin/python tools/hotpath_bench.py --warm             # also Python alone, compute skipped
     .venv/bin/python tools/hotpath_bench.py --warm --evict 64  # ... with 64 MiB streamed per skipped step
-    .venv/bin/python tools/hotpath_bench.py --sampling 150    # in-place argmax vs llama.cpp's backend sampler
+    .venv/bin/python tools/hotpath_bench.py --sampling 150    # in place vs llama.cpp's backend samplers
     .venv/bin/python tools/hotpath_bench.py --floor 7         # target alone's overhead, depth by depth
 
 ``--before DIR`` names another checkout (a folder holding ``app/``, e.g. made with
@@ -331,7 +331,10 @@ def sampling_check(args) -> int:
     llama.cpp's greedy backend sampler (an argmax in the graph, read with
     llama_get_sampled_token_ith; it also spares llama.cpp the copy of the rows to its
     output buffer). Each pair of verifies of ``rows`` tokens is timed in thread CPU
-    (decode and reading the argmax together); the paired ratio's median and IQR."""
+    (decode and reading the argmax together); the paired ratio's median and IQR. Then a
+    greedy draft step with p-min, the same way: the argmax and its softmax probability in
+    NumPy over the row, against a backend ``dist`` chain's probabilities (the softmax in
+    the graph)."""
     import ctypes
 
     import llama_cpp
@@ -343,7 +346,7 @@ def sampling_check(args) -> int:
     n_vocab = model.n_vocab
     keep = []
 
-    def context(backend: bool):
+    def context(backend: bool | str):
         p = llama_cpp.llama_context_default_params()
         p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = 1024, 512, 512, 1
         p.n_threads = p.n_threads_batch = args.threads
@@ -351,7 +354,8 @@ def sampling_check(args) -> int:
         p.n_outputs_max_per_seq = 16
         if backend:
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(1234) if backend == "dist"
+                                              else llama_cpp.llama_sampler_init_greedy())
             cfg = (llama_cpp.llama_sampler_seq_config * 1)()
             cfg[0].seq_id, cfg[0].sampler = 0, ctypes.cast(chain, ctypes.c_void_p)
             p.samplers, p.n_samplers = ctypes.cast(cfg, ctypes.POINTER(llama_cpp.llama_sampler_seq_config)), 1
@@ -409,6 +413,44 @@ def sampling_check(args) -> int:
 
         print(f"  {n} row(s): argmax in place {q(cpu['in place'])}, backend sampler {q(cpu['backend'])}; "
               f"backend / in place, paired: {q(ratio)}")
+
+    # A greedy draft step with p-min: the argmax and its probability under the softmax,
+    # in NumPy over the row (what the draft proposer does), or from a backend `dist`
+    # chain's probabilities (the softmax computed in the graph; the logits stay readable).
+    from specdesk.speculative.sampling import top_probability
+
+    dist = context("dist")
+    decode(dist, toks[:start], 0, False)
+
+    def pmin_in_place():
+        llama_cpp.llama_memory_seq_rm(in_place[2], 0, start, -1)
+        decode(in_place, toks[start : start + 1], start, True)
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(in_place[0], 0), shape=(n_vocab,))
+        return int(row.argmax()), top_probability(row)
+
+    def pmin_backend():
+        llama_cpp.llama_memory_seq_rm(dist[2], 0, start, -1)
+        decode(dist, toks[start : start + 1], start, True)
+        n = llama_cpp.llama_get_sampled_probs_count_ith(dist[0], 0)
+        probs = np.ctypeslib.as_array(llama_cpp.llama_get_sampled_probs_ith(dist[0], 0), shape=(n,))
+        cand = llama_cpp.llama_get_sampled_candidates_ith(dist[0], 0)
+        i = int(probs.argmax())
+        return (int(cand[i]) if cand else i), float(probs[i])
+
+    (ta, pa), (tb, pb) = pmin_in_place(), pmin_backend()
+    if ta != tb or abs(pa - pb) > 1e-4:
+        raise SystemExit(f"the two p-min readings differ: {ta} {pa} against {tb} {pb}")
+    cpu = {"in place": [], "backend": []}
+    for r in range(args.sampling):
+        pair = (("in place", pmin_in_place), ("backend", pmin_backend))
+        for name, f in pair if r % 2 else pair[::-1]:
+            c0 = time.thread_time()
+            f()
+            cpu[name].append(1e3 * (time.thread_time() - c0))
+    ratio = [b / a for a, b in zip(cpu["in place"], cpu["backend"])]
+    print(f"  a greedy draft step with p-min (the argmax and its softmax probability): in NumPy over the row "
+          f"{q(cpu['in place'])}, from a backend dist chain's probabilities {q(cpu['backend'])}; "
+          f"backend / in place, paired: {q(ratio)}")
     return 0
 
 
@@ -627,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --warm: stream MIB MiB through the caches at each skipped decode (a CPU step's effect)")
     ap.add_argument("--json", type=Path, help="write every answer's figures here")
     ap.add_argument("--sampling", type=int, metavar="PAIRS", default=0,
-                    help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size")
+                    help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size, "
+                         "and p-min's softmax in NumPy with a backend dist chain's probabilities")
     ap.add_argument("--floor", type=int, metavar="ANSWERS", default=0,
                     help="instead: target alone's Python per step at four depths of the loop (raw llama_decode and "
                          "argmax, + the text, the engine, the whole loop), ANSWERS answers each, interleaved")
