@@ -6,6 +6,7 @@ draft:auto and target alone (or other configurations), repeats interleaved.
     .venv/bin/python tools/app_vs_cli.py [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
         [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D]
         [--source DIR] [--before DIR --configs auto,auto@before,none] [--shared-cache] [--offscreen] [--json OUT]
+    .venv/bin/python tools/app_vs_cli.py --combine RUN1.json RUN2.json   # earlier runs' reports, together
 
 Every run is a fresh process with fresh data, cache and config folders and a fresh
 HOME (a first run on a new machine: nothing learnt before, the harshest case for
@@ -16,8 +17,12 @@ front ends alternate, so that drift on a shared machine hits all alike.
 It reports, per prompt, ratios measured in this run, each the median over the
 repeats of the ratio within a repeat, with their range (min-max): the app's draft:auto
 against the CLI's, and draft:auto against target alone in the app and in the CLI
-(decode tokens/s). Per run: decode tokens/s, tokens drafted and accepted, and auto's
-decisions; for the app also the Qt thread's CPU time during the answer.
+(decode tokens/s), with their geometric mean and its 95% interval; then each ratio
+pooled over the prompts, with the interval the Compare tab computes
+(``specdesk.bench.stats.paired_speedup``). Per run: decode tokens/s, tokens drafted
+and accepted, and auto's decisions; for the app also the Qt thread's CPU time during
+the answer. ``--combine`` reports the runs of several ``--json`` files together (a
+noisy machine needs more repeats than one sitting gives).
 
 The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as a
 user's desktop would; ``--offscreen`` uses Qt's offscreen platform instead.
@@ -279,6 +284,62 @@ def ratios(rows: dict, prompt: str, repeats: int, configs: list[str]) -> dict[st
     return {k: v for k, v in out.items() if v}
 
 
+def interval(ps) -> str:
+    """A paired speedup as the geometric mean and its 95% interval."""
+    if ps.speedup is None:
+        return "-"
+    if ps.ci is None:
+        return f"mean {ps.speedup:.3f}"
+    return f"mean {ps.speedup:.3f} ({ps.ci[0]:.3f}-{ps.ci[1]:.3f})"
+
+
+def report(rows: dict, prompts: list[str], repeats: int, configs: list[str]) -> dict:
+    """Per prompt, each ratio's median over the repeats [min-max] and its geometric mean
+    with a 95% interval; then each ratio pooled over the prompts (the interval the
+    Compare tab computes, from the repeats' spread within each prompt)."""
+    from specdesk.bench.stats import paired_speedup
+
+    print(f"\nratios of decode tokens/s over {repeats} repeats: median [min-max], geometric mean (95% interval); "
+          f"load {load_now()}:")
+    summary = {}
+    for prompt in prompts:
+        rs = ratios(rows, prompt, repeats, configs)
+        summary[prompt] = rs
+        print(f"  {prompt}:")
+        for name, xs in rs.items():
+            print(f"    {name:<34} {spread(xs)}  {interval(paired_speedup({prompt: xs}))}")
+    names = dict.fromkeys(name for rs in summary.values() for name in rs)
+    print("  pooled over the prompts:")
+    for name in names:
+        ps = paired_speedup({p: summary[p][name] for p in prompts if summary[p].get(name)})
+        print(f"    {name:<34} {interval(ps)}, {ps.pairs} pairs")
+    return summary
+
+
+def combine(files: list[Path]) -> int:
+    """The report over the runs of earlier ``--json`` files, as one run: each file's
+    repeats stay apart (a ratio pairs runs of one repeat of one file)."""
+    rows: dict = {}
+    prompts: list[str] = []
+    configs: list[str] = []
+    offset = 0
+    for f in files:
+        try:
+            runs = json.loads(f.read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{f}: not a file this tool wrote with --json ({e})") from None
+        n = 0
+        for r in runs:
+            rows[(r["prompt"], (r["front"], r["config"]), offset + r["repeat"])] = r
+            prompts.append(r["prompt"])
+            configs.append(r["config"])
+            n = max(n, r["repeat"] + 1)
+        offset += n
+    print(f"{len(rows)} runs from {len(files)} file(s)")
+    report(rows, list(dict.fromkeys(prompts)), offset, list(dict.fromkeys(configs)))
+    return 0
+
+
 def load_now() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -309,7 +370,11 @@ def main() -> int:
     ap.add_argument("--offscreen", action="store_true", help="Qt's offscreen platform instead of xvfb-run")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
+    ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
+                    help="instead of running: the report over the runs of earlier --json files together")
     args = ap.parse_args()
+    if args.combine:
+        return combine(args.combine)
     prompts = [p for p in args.prompts.split(",") if p]
     configs = [c for c in args.configs.split(",") if c]
     fronts = [f for f in args.fronts.split(",") if f]
@@ -361,15 +426,7 @@ def main() -> int:
     for (prompt, name), by_front in texts.items():
         if len({t for ts in by_front.values() for t in ts}) > 1:
             print(f"note: {prompt} {name}: the answers differed between runs or front ends")
-    print(f"\nratios of decode tokens/s, median over {args.repeats} repeats [min-max], load {load_now()}:")
-    summary = {}
-    for prompt in prompts:
-        rs = ratios(rows, prompt, args.repeats, configs)
-        summary[prompt] = rs
-        print(f"  {prompt}:")
-        for name, xs in rs.items():
-            if xs:
-                print(f"    {name:<22} {spread(xs)}")
+    summary = report(rows, prompts, args.repeats, configs)
     if args.json:
         from specdesk.files import write_json_atomic
 
