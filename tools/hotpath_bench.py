@@ -322,7 +322,7 @@ def worker(args) -> int:
     return 0
 
 
-# -- greedy verification: an argmax in place, or llama.cpp's backend sampler ------------------
+# -- in place or llama.cpp's backend samplers: greedy verification, p-min's probability -------
 
 
 def sampling_check(args) -> int:
@@ -395,24 +395,27 @@ def sampling_check(args) -> int:
 
     print(f"greedy verification on {Path(args.target).name}, {args.threads} thread(s), {args.sampling} pairs a size "
           f"(load {os.getloadavg()[0]:.1f}): thread CPU ms per verify, median [IQR]")
+    def q(xs):
+        lo, mid, hi = np.percentile(xs, [25, 50, 75])
+        return f"{mid:.3f} [{lo:.3f}-{hi:.3f}]"
+
+    def paired(in_place_call, backend_call) -> tuple[str, str, str]:
+        """Thread CPU ms of each, alternating which goes first, and the paired ratio."""
+        cpu: dict[str, list[float]] = {"in place": [], "backend": []}
+        for r in range(args.sampling):
+            pair = (("in place", in_place_call), ("backend", backend_call))
+            for name, f in pair if r % 2 else pair[::-1]:
+                c0 = time.thread_time()
+                f()
+                cpu[name].append(1e3 * (time.thread_time() - c0))
+        ratio = [b / a for a, b in zip(cpu["in place"], cpu["backend"])]
+        return q(cpu["in place"]), q(cpu["backend"]), q(ratio)
+
     for n in (1, 5):
         if verify_in_place(n) != verify_backend(n):
             raise SystemExit("the two argmaxes differ")
-        cpu: dict[str, list[float]] = {"in place": [], "backend": []}
-        for r in range(args.sampling):
-            pair = (("in place", verify_in_place), ("backend", verify_backend))
-            for name, f in pair if r % 2 else pair[::-1]:
-                c0 = time.thread_time()
-                f(n)
-                cpu[name].append(1e3 * (time.thread_time() - c0))
-        ratio = [b / a for a, b in zip(cpu["in place"], cpu["backend"])]
-
-        def q(xs):
-            lo, mid, hi = np.percentile(xs, [25, 50, 75])
-            return f"{mid:.3f} [{lo:.3f}-{hi:.3f}]"
-
-        print(f"  {n} row(s): argmax in place {q(cpu['in place'])}, backend sampler {q(cpu['backend'])}; "
-              f"backend / in place, paired: {q(ratio)}")
+        a, b, ratio = paired(lambda n=n: verify_in_place(n), lambda n=n: verify_backend(n))
+        print(f"  {n} row(s): argmax in place {a}, backend sampler {b}; backend / in place, paired: {ratio}")
 
     # A greedy draft step with p-min: the argmax and its probability under the softmax,
     # in NumPy over the row (what the draft proposer does), or from a backend `dist`
@@ -440,21 +443,13 @@ def sampling_check(args) -> int:
     (ta, pa), (tb, pb) = pmin_in_place(), pmin_backend()
     if ta != tb or abs(pa - pb) > 1e-4:
         raise SystemExit(f"the two p-min readings differ: {ta} {pa} against {tb} {pb}")
-    cpu = {"in place": [], "backend": []}
-    for r in range(args.sampling):
-        pair = (("in place", pmin_in_place), ("backend", pmin_backend))
-        for name, f in pair if r % 2 else pair[::-1]:
-            c0 = time.thread_time()
-            f()
-            cpu[name].append(1e3 * (time.thread_time() - c0))
-    ratio = [b / a for a, b in zip(cpu["in place"], cpu["backend"])]
-    print(f"  a greedy draft step with p-min (the argmax and its softmax probability): in NumPy over the row "
-          f"{q(cpu['in place'])}, from a backend dist chain's probabilities {q(cpu['backend'])}; "
-          f"backend / in place, paired: {q(ratio)}")
+    a, b, ratio = paired(pmin_in_place, pmin_backend)
+    print(f"  a greedy draft step with p-min (the argmax and its softmax probability): in NumPy over the row {a}, "
+          f"from a backend dist chain's probabilities {b}; backend / in place, paired: {ratio}")
     return 0
 
 
-# -- the parent: rounds of fresh workers, the tables ------------------------------------------
+# -- target alone's overhead, depth by depth ---------------------------------------------------
 
 
 def floor_check(args) -> int:
@@ -536,6 +531,9 @@ def floor_check(args) -> int:
     for name, xs in out.items():
         print(f"  {name:<11} {_med(xs)}")
     return 0
+
+
+# -- the parent: rounds of fresh workers, the tables ------------------------------------------
 
 
 def _run_worker(tree: Path, args, configs: list[str]) -> dict:

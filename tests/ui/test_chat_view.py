@@ -167,7 +167,7 @@ def test_the_speed_charts_axes_are_drawn_again_only_when_their_range_changes(qtb
     p.reset()
     p.set_reference(30.0)
     axes = [p.speed_plot.getAxis("left"), p.speed_plot.getAxis("bottom")]
-    ranges, repaints = set(), 0
+    ranges = set()
     for i in range(1, 121):  # a 240-token answer near 30 tok/s: the ranges step twice at most
         st = _stats(i)
         st.decode_seconds = st.generated / 30.0
@@ -176,9 +176,8 @@ def test_the_speed_charts_axes_are_drawn_again_only_when_their_range_changes(qtb
         p.speed_plot.viewport().repaint()  # as the frame clock's repaint would
         QApplication.processEvents()
         ranges.add(tuple(map(tuple, p.speed_plot.getViewBox().viewRange())))
-        repaints += 1
     own = [a for a in painted if any(a is x for x in axes)]
-    assert repaints == 120 and len(p.speed_curve.getData()[0]) == 120  # every update was drawn
+    assert len(p.speed_curve.getData()[0]) == 120  # every update reached the curve
     assert own  # the axes were drawn at all
     # each axis paints once per range (and once for the layout's first sizes), not per repaint
     assert len(own) <= 2 * (len(ranges) + 2), (len(own), len(ranges))
