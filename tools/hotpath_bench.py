@@ -93,6 +93,7 @@ class NativeClock:
         self.fakes: dict[int, object] = {}
         self.evict = None  # --evict: an array streamed through the caches at each skipped decode
         orig = llama_cpp.llama_decode
+        self.plain_decode = orig  # unwrapped, for --floor's measure of this wrapper's own cost
 
         def timed(ctx, batch):
             if self.skip:
@@ -120,6 +121,7 @@ class NativeClock:
         # Reading the rows starts with llama_get_logits, which waits for the decode to
         # finish (on a GPU it is asynchronous): native time too, in both checkouts.
         get = llama_cpp.llama_get_logits
+        self.plain_get_logits = get
 
         def timed_get(ctx):
             if self.skip:
@@ -136,11 +138,15 @@ class NativeClock:
     def fake(self, ctx, n_vocab: int, token: int, rows: int = 64) -> None:
         """What ``ctx`` reads while compute is skipped: ``rows`` logits rows of random
         values whose argmax is ``token`` (a common word, never an end token), so that
-        drafts are accepted and the answer runs its full length."""
+        drafts are accepted and the answer runs its full length. The argmax stands
+        ln(n_vocab) + 8 above the rest, so its softmax probability is above 0.999 and
+        p-min lets the draft run on (a margin of 4, as before 2026-12-03, gave it 0.05:
+        p-min stopped every draft, and the warm figures of the draft configurations
+        measured steps that drafted nothing)."""
         import numpy as np
 
         buf = np.random.default_rng(0).standard_normal((rows, n_vocab)).astype(np.float32)
-        buf[:, token] = buf.max() + 4.0
+        buf[:, token] = buf.max() + float(np.log(n_vocab)) + 8.0
         self.fakes[int(ctx)] = buf
 
     def snapshot(self) -> tuple[float, float, float, float]:
@@ -454,10 +460,14 @@ def sampling_check(args) -> int:
 
 def floor_check(args) -> int:
     """Where target alone's overhead goes, on the target, in one process: the same
-    answer (``--tokens`` tokens, greedy) decoded at four depths of the loop, interleaved
+    answer (``--tokens`` tokens, greedy) decoded at five depths of the loop, interleaved
     ``args.floor`` times, each timed as the main tool does (wall time minus the time in
-    llama_decode and llama_get_logits, per step):
+    llama_decode and llama_get_logits, per step), but the first:
 
+    - raw, timed inline: as raw below, with llama_decode and llama_get_logits called
+      unwrapped and timed by two clock reads around them. Raw less this is what the
+      tool's own wrapper costs per step (its clock reads and counters run cold too),
+      which every figure of the tool includes, before and after alike;
     - raw: the ctypes batch, llama_decode, a view of the row and its argmax (the least
       any Python loop over llama.cpp pays per step, here);
     - raw + text: the token's bytes through the incremental UTF-8 decoder, the end check;
@@ -489,6 +499,20 @@ def floor_check(args) -> int:
         b = ctx._batch
         ptok, ppos, plog = b.token, b.pos, b.logits
         text = []
+        if depth == "inline":  # raw, with the unwrapped calls timed inline: what the wrapper itself costs
+            decode, get, now = clock.plain_decode, clock.plain_get_logits, time.perf_counter
+            inside = 0.0
+            t0 = now()
+            for _ in range(n):
+                ptok[0], ppos[0], plog[0] = tok, pos, 1
+                b.n_tokens = 1
+                t1 = now()
+                decode(ctx._ctx, b)
+                p = get(ctx._ctx)
+                inside += now() - t1
+                tok = int(np.ctypeslib.as_array(p, shape=(n_vocab,)).argmax())
+                pos += 1
+            return 1e3 * (now() - t0 - inside) / n
         n0, t0 = native(), time.perf_counter()
         for _ in range(n):
             if depth == "engine":
@@ -518,7 +542,8 @@ def floor_check(args) -> int:
                 steps += 1
         return 1e3 * (time.perf_counter() - t0 - (native() - n0)) / max(1, steps)
 
-    depths = {"raw": lambda: by_hand("raw"), "raw + text": lambda: by_hand("text"),
+    depths = {"raw, timed inline": lambda: by_hand("inline"), "raw": lambda: by_hand("raw"),
+              "raw + text": lambda: by_hand("text"),
               "engine": lambda: by_hand("engine"), "loop": loop}
     out: dict[str, list[float]] = {name: [] for name in depths}
     for f in depths.values():  # a warm-up of each, not counted
@@ -529,7 +554,10 @@ def floor_check(args) -> int:
     print(f"target alone on {Path(args.target).name}, {args.threads} thread(s), {n} tokens, {args.floor} answers a depth, "
           f"interleaved (load {os.getloadavg()[0]:.1f}): Python per step, ms, median [min-max]")
     for name, xs in out.items():
-        print(f"  {name:<11} {_med(xs)}")
+        print(f"  {name:<18} {_med(xs)}")
+    wrapper = statistics.median(out["raw"]) - statistics.median(out["raw, timed inline"])
+    print(f"  the tool's own wrapper around llama_decode and llama_get_logits, per step (raw less timed inline): "
+          f"{wrapper:.3f} ms, in every overhead figure of the main table")
     return 0
 
 
@@ -583,8 +611,13 @@ def _collect(results: list[dict], name: str) -> dict[str, list[float]]:
                     out.setdefault("generated_cost", []).append(1e3 * a["draft_seconds"] / a["draft_generated"] / step)
                 out.setdefault("calls_per_drafted", []).append(a["draft_calls"] / a["drafted"])
             out.setdefault("accept", []).append(a["accepted"] / a["drafted"] if a["drafted"] else None)
+            out.setdefault("drafted_per_step", []).append(a["drafted"] / a["steps"] if a["steps"] else 0.0)
+            out.setdefault("calls_per_step", []).append(1.0 + a["draft_calls"] / a["steps"])
         for a in c.get("warm", []):
             out.setdefault("warm_ms", []).append(a["overhead_ms"])
+            # per llama_decode call (the step's own verify and the draft's calls), for the projection
+            out.setdefault("warm_ms_per_call", []).append(a["overhead_ms"] / (1.0 + a["draft_calls"] / a["steps"]))
+            out.setdefault("warm_drafted_per_step", []).append(a["drafted"] / a["steps"] if a["steps"] else 0.0)
     return out
 
 
@@ -616,6 +649,9 @@ def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> 
                     "as on a GPU host; the rows read are fixed)" if not evict else
                     f"Python overhead per step, ms, with llama_decode skipped and {evict} MiB streamed through the "
                     "caches in its place (--warm --evict: a CPU step's effect on the caches, without its compute)"),
+        ("drafted_per_step", "draft tokens per step (each step's share of the work above)"),
+        ("warm_drafted_per_step", "draft tokens per step with llama_decode skipped (--warm: the fixed rows are "
+                                  "always accepted, so a warm step drafts its whole k)"),
         ("bytes_per_step", "logits bytes copied out of llama.cpp per step"),
         ("drafted_cost", "a drafted (target) token's proposer time, in the draft model's own steps"),
         ("generated_cost", "a token the draft generated (its own vocabulary), in the draft model's own steps"),
@@ -632,7 +668,9 @@ def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> 
             print(f"{name:<11}" + "".join(f"{lab}: {_med(v or []):<28}" for lab, v in vals))
     print(f"\nAt a {GPU_STEP_MS:g} ms GPU target step (native time scaled by {GPU_STEP_MS:g} ms / the target's step here): "
           "the share of each step Python would take, with Python as measured warm (--warm) and as measured here "
-          "(after a CPU step's cold caches: an upper bound)")
+          "(after a CPU step's cold caches: an upper bound). A warm step drafts its whole k (its fixed rows are "
+          "always accepted) and so makes more decode calls than a real one: the warm figure is its Python per "
+          "decode call times the real steps' calls per step")
     for name in configs:
         line = f"{name:<11}"
         for lab in labels:
@@ -642,8 +680,8 @@ def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> 
             cold = statistics.median(r["overhead_ms"])
             native = statistics.median(r["native_ms"]) * GPU_STEP_MS / statistics.median(r["target_step_ms"])
             line += f"{lab}: "
-            if r.get("warm_ms"):
-                warm = statistics.median(r["warm_ms"])
+            if r.get("warm_ms_per_call"):
+                warm = statistics.median(r["warm_ms_per_call"]) * statistics.median(r["calls_per_step"])
                 line += f"warm {warm:.3f} ms of {native + warm:.2f} ms = {100 * warm / (native + warm):4.1f}%, "
             line += f"cold {cold:.3f} ms = {100 * cold / (native + cold):4.1f}%    "
         print(line)
