@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specdesk.speculative.sampling import SamplingParams, sample, softmax, warp
+from specdesk.speculative.sampling import SamplingParams, TopToken, sample, softmax, warp
 
 
 def test_greedy_is_one_hot_on_argmax():
@@ -57,3 +57,23 @@ def test_sample_follows_probs():
 def test_bad_params_are_rejected(kw):
     with pytest.raises(ValueError):
         SamplingParams(**kw)
+
+
+def test_a_greedy_draft_step_reads_the_argmax_and_its_softmax_probability_from_the_row_as_it_lies():
+    """p-min's check: the argmax of a read-only row (llama.cpp's buffer) and its
+    probability under the plain softmax, to 1e-6 of a float64 softmax, from rows of
+    two vocabulary sizes through one reader (its scratch row follows the size); the
+    row itself is left as it was."""
+    rng = np.random.default_rng(7)
+    top = TopToken(0.75)
+    for n, spread in ((49152, 3.0), (151936, 4.0), (49152, 0.5), (1000, 8.0)):
+        row = (rng.standard_normal(n) * spread).astype(np.float32)
+        row[rng.integers(n)] += 12.0
+        before = row.copy()
+        row.flags.writeable = False
+        t, p = top(row)
+        want = softmax(row)
+        assert t == int(np.argmax(before))
+        assert p == pytest.approx(float(want[t]), rel=1e-6, abs=1e-9)
+        assert np.array_equal(row, before)
+    assert np.isnan(TopToken(0.0)(row)[1]) and TopToken(0.0)(row)[0] == int(np.argmax(row))

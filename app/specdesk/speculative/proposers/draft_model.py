@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, Warped, top_token, warp_support
+from ..sampling import SamplingParams, TopToken, Warped, warp_support
 from .base import EMPTY_DRAFT, Budget, Draft
 
 
@@ -33,6 +33,7 @@ class DraftModelProposer:
         self.n_vocab_target = n_vocab_target
         # Logits are compared over the common range when the vocab sizes differ.
         self.n_common = min(ctx.n_vocab, n_vocab_target)
+        self._top = TopToken(p_min)
 
     @property
     def native_seconds(self) -> float:
@@ -60,10 +61,10 @@ class DraftModelProposer:
         n_common = self.n_common
         if params.greedy:
             # the argmax (and the top probability for p-min) read where the row lies
-            p_min = self.p_min
+            top = self._top
 
             def pick(rows: np.ndarray):
-                return top_token(rows[0, :n_common], p_min)
+                return top(rows[0, :n_common])
         else:
             def pick(rows: np.ndarray):
                 return warp_support(rows[0, :n_common], params)

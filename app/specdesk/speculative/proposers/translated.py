@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, top_token
+from ..sampling import SamplingParams, TopToken
 from .base import EMPTY_DRAFT, Budget, Draft
 from .text_align import TokenText, Tokenizer, common_bytes, complete_utf8, is_continuation, tokenize_span
 
@@ -87,8 +87,10 @@ class TranslatedDraftProposer:
         # Draft tokens per target token (running estimate): how many draft tokens to
         # generate for a budget of k target tokens.
         self.ratio = ratio
+        top = TopToken(p_min)
+
         def pick(rows: np.ndarray) -> tuple[int, float]:
-            return top_token(rows[0], p_min)  # read where the row lies: nothing copied
+            return top(rows[0])  # read where the row lies: nothing copied
 
         self._pick = pick
         self.reset_state()
