@@ -89,11 +89,6 @@ class TopToken:
         return t, top_probability(logits, t, s)
 
 
-def top_token(logits: np.ndarray, p_min: float) -> tuple[int, float]:
-    """:class:`TopToken` once (a proposer keeps one, and its scratch row)."""
-    return TopToken(p_min)(logits)
-
-
 @dataclass(frozen=True)
 class Warped:
     """A warped distribution kept over its support: the tokens top-k, top-p and min-p
