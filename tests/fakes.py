@@ -143,6 +143,8 @@ class FakeBackend:
         cost: Callable[[int], float] | None = None,
         rollback_cost: float = 0.0,
         switch_cost: float = 0.0,
+        setup_cost: float = 0.0,
+        report_setup: bool = True,
     ):
         self.model = model
         self._n_ctx = n_ctx
@@ -158,6 +160,13 @@ class FakeBackend:
         self.cost = cost
         self.rollback_cost = rollback_cost  # seconds per token beyond the first a rollback after a batch takes
         self.switch_cost = switch_cost  # seconds more for an eval call after the other model's
+        # seconds more for the first eval of each batch size (llama.cpp sets a size up on
+        # its first decode), said in last_batch_first unless report_setup is off (a
+        # backend that pays the one-off without saying so)
+        self.setup_cost = setup_cost
+        self.report_setup = report_setup
+        self._sizes: set[int] = set()
+        self.last_batch_first = False
         self._last_batch = 0
 
     @property
@@ -190,6 +199,11 @@ class FakeBackend:
             seconds = self.cost(len(tokens))
             if self.switch_cost and self.clock.last is not None and self.clock.last is not self:
                 seconds += self.switch_cost
+            first = self.setup_cost > 0 and len(tokens) not in self._sizes
+            if first:
+                self._sizes.add(len(tokens))
+                seconds += self.setup_cost
+            self.last_batch_first = first and self.report_setup
             self.clock.last = self
             self.clock.advance(seconds)
             self.native_seconds += seconds

@@ -78,3 +78,25 @@ def test_a_greedy_translated_generation_copies_no_logits_row(translated_small_ct
     g = s.run(prompt, GenerationConfig(proposer="draft", k=4, max_tokens=24))
     assert g.stats.generated == 24 and g.stats.drafted > 0
     assert (s.target.ctx.logits_bytes_copied - before[0], s.draft.ctx.logits_bytes_copied - before[1]) == (0, 0)
+
+
+def test_the_engine_says_which_batch_paid_its_sizes_set_up(smol_session):
+    """llama.cpp sets up each batch size on its first decode in a context (1.2-1.8x the
+    size's later batches on this machine): the context says which decode that was, so
+    that auto does not take the one-off for what the size costs a step."""
+    s = smol_session
+    s.reset()
+    ctx = s.target.ctx
+    text = " ".join(f"word{i}" for i in range(40))
+    toks = s.target.model.tokenize(text, add_special=True)
+    assert len(toks) >= 31
+    for size in (29, 31):  # sizes no other test here decodes
+        seen = []
+        for _ in range(2):
+            ctx.eval(toks[:size], all_rows=True, fn=lambda rows: None)
+            seen.append(ctx.last_batch_first)
+            ctx.rollback(0)
+        assert seen == [True, False], size
+    ctx.eval(toks[:29], all_rows=False, fn=lambda rows: None)  # the same size, one row: another shape
+    assert ctx.last_batch_first
+    ctx.rollback(0)

@@ -5,6 +5,7 @@ where it pays a lot, and machines where the timed calls say drafting pays but th
 loop as a whole does not."""
 
 import numpy as np
+import pytest
 from fakes import FakeBackend, FakeClock, FakeModel, ScriptedModel, edited, linear_cost
 from specdesk.speculative.controller import CHEAPER, AutoK, FixedK
 from specdesk.speculative.decoder import speculate
@@ -197,6 +198,39 @@ def test_ngram_auto_on_an_editing_task_beats_every_fixed_k():
     auto = rate(AutoK(), NgramProposer())
     assert auto > max(fixed.values()), (auto / base, {k: r / base for k, r in fixed.items()})
     assert auto > 1.05 * base
+
+
+def test_a_batch_sizes_one_off_set_up_is_not_taken_for_its_cost():
+    """llama.cpp sets up each batch size on its first decode, at 1.2-1.8x the size's
+    later cost on this machine. Timed as what the size costs, one such batch made a
+    3-token verify look like 3.8 target steps instead of 2.2, and n-gram auto concluded
+    after one probe that even a perfect draft could not pay (``bound<1``). The backend
+    says which batch paid the one-off, and auto's cost for each size is that of its
+    later batches, exactly; a backend that pays it without saying so (the control)
+    leaves the sizes auto tried once inflated, as before."""
+    v, n = 64, 300
+    rng = np.random.default_rng(0)
+    text = [int(x) for x in rng.integers(1, v, size=n)]
+    prompt = text + [0]
+    answer = edited(text, 40, v)
+
+    def learnt(report_setup):
+        clock = FakeClock()
+        t = FakeBackend(ScriptedModel(prompt, answer, v), clock=clock, cost=CPU[0], setup_cost=0.5,
+                        report_setup=report_setup)
+        auto = AutoK()
+        steps = list(speculate(t, NgramProposer(), auto, prompt, params=SamplingParams(), max_tokens=n,
+                               rng=np.random.default_rng(0), clock=clock))
+        assert [x.token for s in steps for x in s.tokens] == answer
+        return {b: rc.value for b, rc in auto.costs.verify.items()}, t.batches
+
+    costs, batches = learnt(True)
+    assert len(costs) >= 3  # target steps and at least two verify sizes were timed
+    for b, value in costs.items():
+        assert value == pytest.approx(CPU[0](b)), b  # the batches' own cost, no one-off in it
+    assert all(batches.count(b) >= 2 for b in costs)  # a size timed once (its one-off) has no cost yet
+    silent, _ = learnt(False)
+    assert any(value > 1.05 * CPU[0](b) for b, value in silent.items()), silent
 
 
 def test_the_drafts_prompt_prefill_measures_its_catch_up_cost():

@@ -86,6 +86,12 @@ class Context:
         self.logits_bytes_copied = 0
         self.last_prefill_evaluated = 0
         self.evaluated = 0  # every token ever evaluated, for reuse accounting
+        # llama.cpp sets up each batch shape on its first decode in a context (its graph
+        # and buffers): that first batch cost 1.2-1.8x the shape's later ones here (the
+        # 1.5B target, 3 tokens: 116 ms, then 66-72). Whether the last decode was such a
+        # first, so that auto does not time a one-off as the shape's cost.
+        self._shapes: set[tuple[int, bool]] = set()
+        self.last_batch_first = False
 
     # -- protocol ------------------------------------------------------------------
 
@@ -178,6 +184,10 @@ class Context:
             raise SpecDeskError(f"llama_decode failed with code {rc}")
         self.history.extend(map(int, tokens))
         self.evaluated += m
+        shape = (m, all_rows)
+        self.last_batch_first = first = shape not in self._shapes
+        if first:
+            self._shapes.add(shape)
 
     def _view(self, n_out: int) -> np.ndarray:
         """The last decode's ``n_out`` logits rows, read-only, where llama.cpp keeps

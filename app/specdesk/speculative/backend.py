@@ -37,6 +37,11 @@ class Backend(Protocol):
     # How many tokens the last prefill evaluated (the rest were reused).
     last_prefill_evaluated: int
 
+    # The last eval was the first of its batch size in this context, and paid the
+    # backend's one-off set-up for that size (llama.cpp: the graph and its buffers);
+    # False where a backend has no such cost.
+    last_batch_first: bool
+
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
                 fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:
         """Make the context hold exactly ``tokens``, evaluating only what follows the

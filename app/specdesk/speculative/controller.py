@@ -161,6 +161,9 @@ class StepCost(NamedTuple):
     emitted: int = 0  # tokens the step added to the answer
     step_seconds: float = 0.0  # the whole step, end to end: propose, verify, roll back, bookkeeping
     decision: Decision | None = None  # what the controller chose for this step
+    # The verify batch was the first of its size in the target's context and paid the
+    # backend's one-off set-up for it: not what a batch of that size costs a step.
+    verify_setup: bool = False
 
     @property
     def judged_drafted(self) -> int:
@@ -641,8 +644,9 @@ class AutoK:
     def observe(self, cost: StepCost) -> None:
         self._t += 1
         self._tokens += cost.emitted
-        self.costs.observe_verify(cost.drafted + 1, cost.verify_seconds)
-        self._verify_seen[cost.drafted + 1] = self._t
+        if not cost.verify_setup:  # a one-off would make the size look dearer than it is
+            self.costs.observe_verify(cost.drafted + 1, cost.verify_seconds)
+            self._verify_seen[cost.drafted + 1] = self._t
         caught_up = 0.0
         if cost.drafted > 0:
             if cost.source in MODEL_SOURCES:
