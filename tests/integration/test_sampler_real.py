@@ -155,6 +155,7 @@ class MemoTarget:
         self.memo: dict[tuple, np.ndarray] = {}
         self.native_seconds = 0.0
         self.last_prefill_evaluated = 0
+        self.last_batch_first = False  # its runs are not timed: no one-off to report
         self.n_vocab, self.n_ctx = ctx.n_vocab, ctx.n_ctx
 
     @property

@@ -263,7 +263,7 @@ class _Loop:
             source=draft.source, match_length=draft.match_length, drafted=len(draft_tokens), accepted=accepted,
             judged=drafted, emitted=len(emitted), draft_seconds=t_draft, verify_seconds=t_verify,
             step_seconds=t_step, draft_synced=draft.synced, decision=decision,
-            verify_setup=getattr(self.target, "last_batch_first", False),
+            verify_setup=self.target.last_batch_first,
         ))
         return drafted, accepted
 
