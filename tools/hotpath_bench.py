@@ -85,6 +85,9 @@ class NativeClock:
         self.cpu = 0.0
         self.calls: dict[int, int] = {}
         self.singles: dict[int, list[float]] = {}
+        # per context: wall seconds inside llama_decode and llama_get_logits, and tokens evaluated
+        self.native_by: dict[int, float] = {}
+        self.tokens: dict[int, int] = {}
         # --warm: llama_decode does nothing and llama_get_logits hands out fixed rows, so
         # the loop's Python runs with the CPU's caches to itself, as on a GPU host (here
         # a CPU target step streams the weights through the caches, and the Python after
@@ -113,6 +116,8 @@ class NativeClock:
             self.cpu += time.thread_time() - c0
             key = int(ctx or 0)
             self.calls[key] = self.calls.get(key, 0) + 1
+            self.native_by[key] = self.native_by.get(key, 0.0) + dt
+            self.tokens[key] = self.tokens.get(key, 0) + batch.n_tokens
             if batch.n_tokens == 1:
                 self.singles.setdefault(key, []).append(dt)
             return rc
@@ -129,8 +134,11 @@ class NativeClock:
             c0 = time.thread_time()
             t0 = time.perf_counter()
             out = get(ctx)
-            self.wall += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.wall += dt
             self.cpu += time.thread_time() - c0
+            key = int(ctx or 0)
+            self.native_by[key] = self.native_by.get(key, 0.0) + dt
             return out
 
         llama_cpp.llama_get_logits = timed_get
@@ -231,12 +239,13 @@ def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
     def read_prompt(self, cancel):
         orig(self, cancel)
         marks["start"] = clock.snapshot()
+        # the draft's prompt prefill is not drafting (nor is it in the statistics' draft seconds)
+        marks["draft"] = clock.native_by.get(draft_key, 0.0), clock.tokens.get(draft_key, 0), clock.calls.get(draft_key, 0)
 
     decoder._Loop.read_prompt = read_prompt
     try:
         b0, g0 = copied(ctxs), generated[0]
         draft_key = int(session.draft.ctx._ctx) if session.draft is not None else None
-        calls0 = clock.calls.get(draft_key, 0)
         last = None
         tokens = []
         for step in session.generate(prompt, config):
@@ -247,6 +256,7 @@ def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
         decoder._Loop.read_prompt = orig
     st = last.stats
     t0, c0, nw0, nc0 = marks["start"]
+    dnative0, dtokens0, calls0 = marks["draft"]
     t1, c1, nw1, nc1 = end
     steps = max(1, st.steps)
     wall, native = t1 - t0, nw1 - nw0
@@ -264,6 +274,8 @@ def _one_answer(session, config, prompt, clock, copied, generated) -> dict:
         "draft_seconds": st.draft_seconds,
         "draft_generated": generated[0] - g0,
         "draft_calls": clock.calls.get(draft_key, 0) - calls0,
+        "draft_native": clock.native_by.get(draft_key, 0.0) - dnative0,
+        "draft_evaluated": clock.tokens.get(draft_key, 0) - dtokens0,
         "tokens": tokens,
     }
 
@@ -610,6 +622,12 @@ def _collect(results: list[dict], name: str) -> dict[str, list[float]]:
                 if a["draft_generated"]:
                     out.setdefault("generated_cost", []).append(1e3 * a["draft_seconds"] / a["draft_generated"] / step)
                 out.setdefault("calls_per_drafted", []).append(a["draft_calls"] / a["drafted"])
+                if "draft_native" in a:  # the proposer's time, split: the draft model's compute, and Python
+                    native = a["draft_native"]
+                    out.setdefault("drafted_native", []).append(1e3 * native / a["drafted"] / step)
+                    out.setdefault("drafted_python", []).append(1e3 * (a["draft_seconds"] - native) / a["drafted"] / step)
+                    out.setdefault("evaluated_per_token", []).append(a["draft_evaluated"] / a["generated"])
+                    out.setdefault("drafted_share", []).append(a["drafted"] / a["generated"])
             out.setdefault("accept", []).append(a["accepted"] / a["drafted"] if a["drafted"] else None)
             out.setdefault("drafted_per_step", []).append(a["drafted"] / a["steps"] if a["steps"] else 0.0)
             out.setdefault("calls_per_step", []).append(1.0 + a["draft_calls"] / a["steps"])
@@ -655,7 +673,14 @@ def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> 
         ("bytes_per_step", "logits bytes copied out of llama.cpp per step"),
         ("drafted_cost", "a drafted (target) token's proposer time, in the draft model's own steps"),
         ("generated_cost", "a token the draft generated (its own vocabulary), in the draft model's own steps"),
+        ("drafted_native", "... of which the draft model's compute (its llama_decode calls), in its own steps"),
+        ("drafted_python", "... and the proposer's Python (re-tokenizing included, for translated), in the draft "
+                           "model's own steps"),
         ("calls_per_drafted", "draft llama_decode calls per drafted (target) token"),
+        ("evaluated_per_token", "tokens the draft context evaluated per token of the answer (it reads the whole "
+                                "answer, drafted or not: about 1 for a draft of the target's vocabulary, the pair's "
+                                "tokens-per-token ratio for translated)"),
+        ("drafted_share", "drafted tokens per token of the answer (the compute above is spread over these)"),
         ("accept", "acceptance"),
         ("target_step_ms", "the target's own step, ms (its one-token llama_decode calls)"),
     )

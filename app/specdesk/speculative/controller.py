@@ -661,7 +661,10 @@ class AutoK:
                     caught_up = min(cost.draft_seconds, self.catch_up_price(cost.draft_synced))
                     self.costs.observe_draft(cost.drafted, cost.draft_seconds - caught_up)
             key = self._arm_key(cost.source, cost.match_length)
-            self.acceptance.setdefault(key, PositionAcceptance()).record(cost.judged_drafted, cost.accepted)
+            pa = self.acceptance.get(key)
+            if pa is None:
+                pa = self.acceptance[key] = PositionAcceptance()
+            pa.record(cost.judged_drafted, cost.accepted)
             self._seen[key] = self._seen.get(key, 0) + 1
         if cost.emitted <= 0 or cost.step_seconds <= 0:
             return

@@ -76,7 +76,10 @@ class CostModel:
     reference: RunningCost = field(default_factory=lambda: RunningCost(warm=256, decay=0.01))
 
     def observe_verify(self, batch: int, seconds: float) -> None:
-        self.verify.setdefault(batch, RunningCost()).add(seconds)
+        rc = self.verify.get(batch)
+        if rc is None:  # (setdefault would build a RunningCost at every step, to throw it away)
+            rc = self.verify[batch] = RunningCost()
+        rc.add(seconds)
         if batch == 1:
             self.reference.add(seconds)
 
@@ -88,7 +91,10 @@ class CostModel:
 
     def observe_draft(self, k: int, seconds: float) -> None:
         if k > 0:
-            self.draft.setdefault(k, RunningCost()).add(seconds)
+            rc = self.draft.get(k)
+            if rc is None:
+                rc = self.draft[k] = RunningCost()
+            rc.add(seconds)
 
     def set_verify(self, batch: int, seconds: float) -> None:
         rc = RunningCost()
