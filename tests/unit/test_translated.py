@@ -210,6 +210,47 @@ def test_the_trailing_piece_that_may_still_merge_is_not_proposed():
     assert b"".join(TARGET.pieces[t] for t in draft.tokens) + TARGET.pieces[prop.last_dropped] == cont
 
 
+class UnsureAfter:
+    """A character-level draft that writes ``text`` surely, then is unsure: its best
+    guess at the next character is ``guess``, at a probability under p-min."""
+
+    def __init__(self, text: str, guess: str) -> None:
+        self.text, self.guess = text, guess
+        self.n_vocab = len(DRAFT.pieces)
+
+    def logits(self, history) -> np.ndarray:
+        written = DRAFT.text(history)
+        row = np.zeros(self.n_vocab, dtype=np.float32)
+        if self.text.startswith(written) and len(written) < len(self.text):
+            row[DRAFT.ids[self.text[len(written)].encode()]] = 12.0
+        else:
+            row[DRAFT.ids[self.guess.encode()]] = 0.5  # the argmax, at about 0.35
+        return row
+
+
+@pytest.mark.parametrize(("guess", "complete"), [(" ", True), ("a", True), ("b", True), ("c", False)])
+def test_where_p_min_stopped_the_draft_its_guess_decides_whether_the_last_token_is_whole(guess, complete):
+    # After "c ", the draft writes "ab" and p-min stops it. With " ", "a" or "b" next,
+    # the target's tokenizer still ends a token after "ab" ("ab"+" ", "ab"+"a",
+    # "ab"+"b"): the draft paid for that token and it is proposed. With "c" next it
+    # would be "abc": "ab" may still merge, and it is held back, as when the draft was
+    # stopped by its length alone.
+    d = FakeBackend(UnsureAfter("c ab", guess))
+    prop = TranslatedDraftProposer(d, DRAFT, TARGET, p_min=0.75)
+    seq = TARGET.tokenize("c ")
+    draft = prop.propose(seq, lambda s, h: 4, GREEDY, np.random.default_rng(0))
+    assert prop.last_generated == 2  # "a", "b": then p-min refused the guess
+    if complete:
+        assert [TARGET.pieces[t] for t in draft.tokens] == [b"ab"] and prop.last_dropped is None
+    else:
+        assert draft.tokens == () and TARGET.pieces[prop.last_dropped] == b"ab"
+    # the same text, stopped by its length (k tokens' worth) rather than by p-min: held back
+    d = FakeBackend(UnsureAfter("c ab", guess))
+    prop = TranslatedDraftProposer(d, DRAFT, TARGET, p_min=0.0, max_draft_tokens=2)
+    draft = prop.propose(seq, lambda s, h: 4, GREEDY, np.random.default_rng(0))
+    assert draft.tokens == () and TARGET.pieces[prop.last_dropped] == b"ab"
+
+
 def test_a_target_token_straddling_the_accepted_end_falls_back_to_the_bare_continuation():
     # The accepted text ends with "c"; the draft continues "ab": re-tokenized together
     # they form "cab", which would rewrite an accepted token. The proposal starts at the

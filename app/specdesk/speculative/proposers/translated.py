@@ -29,8 +29,13 @@ text is (the work is bounded by the look-behind windows and the text that is new
   tokens, re-tokenized with the target's tokenizer, and aligned on the byte offset
   where the accepted text ends: what follows that boundary is the proposal, so a
   target token spread over several draft tokens is proposed whole. The last target
-  token is dropped (unless the draft ended its answer): more draft text could still
-  merge into it.
+  token is held back (unless the draft ended its answer): more text could still
+  merge into it. Where p-min stopped the draft, its text is final in this context,
+  and the draft's own best guess at what follows (the token p-min refused) decides:
+  if the target's tokenizer, given that guess after the text, still ends a token
+  exactly where the text ends, the last token is proposed too (a same-vocabulary
+  draft proposes every token it drafted; without this, a draft stopped after one
+  target token's worth of text proposed nothing while it had paid for that token).
 """
 
 from __future__ import annotations
@@ -110,6 +115,9 @@ class TranslatedDraftProposer:
         # it (the same context would stop it again); cleared when the texts part.
         self._ended = False
         self._halted = False
+        # When p-min stopped it: the bytes of the token it refused, its best guess at
+        # what follows its text (decides whether the last target token is complete).
+        self._guess = b""
         self._w0 = 0  # the draft context's window: prefix + _dtoks[_w0:]
         # Diagnostics: the last step's draft tokens generated and kept from the step
         # before, and target tokens proposed.
@@ -155,6 +163,7 @@ class TranslatedDraftProposer:
             self._agree = len(text)  # the draft's text holds the target's: keep it all
             return True
         self._ended = self._halted = False
+        self._guess = b""
         i = bisect.bisect_right(self._dends, cp)  # tokens wholly inside the common text
         j = max(0, i - self.lookbehind)
         if j < self._w0 < i:
@@ -258,6 +267,7 @@ class TranslatedDraftProposer:
         n = min(n, self.ctx.n_ctx - len(full) + 1)
         out = self.ctx.prefill(full, fn=self._pick)
         synced = self.ctx.last_prefill_evaluated
+        self._guess = b""
         for i in range(n):
             t, conf = out
             if self.ctx.is_eog(t):
@@ -265,6 +275,7 @@ class TranslatedDraftProposer:
                 break
             if self.p_min > 0 and conf < self.p_min:
                 self._halted = True
+                self._guess = self.dtok.token_bytes(t)
                 break
             self._dtoks.append(t)
             self._dtext += self.dtok.token_bytes(t)
@@ -279,8 +290,11 @@ class TranslatedDraftProposer:
         plus the continuation, re-tokenized and cut at the end of the accepted text."""
         if not cont:
             return []
+        whole = True  # cont is the draft's text to its end (nothing cut off)
         if not ended:
-            cont = cont[: complete_utf8(cont)]
+            n = complete_utf8(cont)
+            whole = n == len(cont)
+            cont = cont[:n]
         tends = self._target.ends
         a = max(0, len(tends) - self.target_lookbehind)
         while a > 0 and tends[a - 1] < len(text) and is_continuation(text[tends[a - 1]]):
@@ -300,8 +314,18 @@ class TranslatedDraftProposer:
             else:
                 continue  # a target token straddles the accepted end: try the bare continuation
             out = ids[m:]
-            if not ended and out:
+            if not ended and out and not (whole and self._complete(window + cont, ids)):
                 self.last_dropped = out[-1]
                 out = out[:-1]  # it may still merge with text the draft has not written
             return out
         return []
+
+    def _complete(self, text: bytes, ids: list[int]) -> bool:
+        """Whether the last of ``ids`` (``text`` re-tokenized) is complete: p-min stopped
+        the draft right after ``text``, and with its best guess at what follows, the
+        target's tokenizer still spells ``text`` as ``ids`` and ends a token there."""
+        guess = self._guess
+        if not (self._halted and guess):
+            return False
+        got = tokenize_span(self.ttok, text + guess)
+        return got is not None and got[0][: len(ids)] == ids and len(ids) < len(got[1]) and got[1][len(ids) - 1] == len(text)
