@@ -691,6 +691,19 @@ def report(trees: dict[str, list[dict]], configs: list[str], evict: int = 0) -> 
             if not any(v for _, v in vals):
                 continue
             print(f"{name:<11}" + "".join(f"{lab}: {_med(v or []):<28}" for lab, v in vals))
+    pairs = [(t, d) for t, d in (("translated", "draft"), ("translated-pmin0", "draft-pmin0")) if t in rows and d in rows]
+    if pairs:
+        print("\na translated drafted token against a drafted token of the same draft model in its own vocabulary "
+              "(SmolLM2 drafting for itself), at the same p-min: the cost of translating, since neither kind of drafted "
+              "token costs one draft step (p-min's stopping call and the catch-ups cost steps that draft nothing). "
+              "Ratio of the medians above; the two answers are the two targets' own")
+        for t, d in pairs:
+            line = f"{t:<11}"
+            for lab in labels:
+                a, b = rows[t][lab].get("drafted_cost"), rows[d][lab].get("drafted_cost")
+                if a and b:
+                    line += f"{lab}: {statistics.median(a) / statistics.median(b):.3f}" + " " * 23
+            print(line)
     print(f"\nAt a {GPU_STEP_MS:g} ms GPU target step (native time scaled by {GPU_STEP_MS:g} ms / the target's step here): "
           "the share of each step Python would take, with Python as measured warm (--warm) and as measured here "
           "(after a CPU step's cold caches: an upper bound). A warm step drafts its whole k (its fixed rows are "
