@@ -41,6 +41,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-window-"))
     os.environ.setdefault("SPECDESK_CONFIG_DIR", tempfile.mkdtemp(prefix="specdesk-window-config-"))  # never the user's settings
+    os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-window-cache-"))  # nor what auto learnt
 
     from PySide6.QtCore import QEventLoop, QPoint, Qt, QTimer
     from PySide6.QtTest import QTest
