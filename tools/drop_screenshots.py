@@ -27,6 +27,7 @@ _tmp = tempfile.mkdtemp(prefix="specdesk-drop-shots-")
 os.environ["SPECDESK_DATA_DIR"] = str(Path(_tmp) / "data")
 os.environ["XDG_CONFIG_HOME"] = str(Path(_tmp) / "config")  # the app's settings stay out of the user's
 os.environ["SPECDESK_CONFIG_DIR"] = str(Path(_tmp) / "config")
+os.environ["SPECDESK_CACHE_DIR"] = str(Path(_tmp) / "cache")
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QMimeData, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDragMoveEvent, QDropEvent, QGuiApplication  # noqa: E402

@@ -19,6 +19,7 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent
 OUT.mkdir(parents=True, exist_ok=True)
 os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
 os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-cache-")  # nor its caches
 
 from PySide6.QtCore import QSettings, QTimer  # noqa: E402
 

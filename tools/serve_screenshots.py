@@ -29,6 +29,8 @@ SETTINGS = dict(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=96, t
 OUT = Path(args[0] if args else Path(__file__).resolve().parent.parent / "assets" / "screenshots")
 OUT.mkdir(parents=True, exist_ok=True)
 os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
+os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-cache-")  # nor its caches
 
 import openai  # noqa: E402
 from PySide6.QtCore import QSettings, QTimer  # noqa: E402

@@ -21,6 +21,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-latency-"))
 os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-latency-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-latency-cache-")  # nor its caches
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
