@@ -20,8 +20,10 @@ against the CLI's, and draft:auto against target alone in the app and in the CLI
 (decode tokens/s), with their geometric mean and its 95% interval; then each ratio
 pooled over the prompts, with the interval the Compare tab computes
 (``specdesk.bench.stats.paired_speedup``). Per run: decode tokens/s, tokens drafted
-and accepted, and auto's decisions; for the app also the Qt thread's CPU time during
-the answer. ``--combine`` reports the runs of several ``--json`` files together (a
+and accepted, auto's decisions, and a step's time split into llama.cpp's compute (both
+contexts) and the rest (Python; in the app also waits for the GIL the Qt thread holds),
+which says where the app loses what it loses against the CLI; for the app also the Qt
+thread's CPU time during the answer. ``--combine`` reports the runs of several ``--json`` files together (a
 noisy machine needs more repeats than one sitting gives).
 
 The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as a
@@ -248,6 +250,11 @@ def figures(r: dict) -> dict:
     ranked = sorted((st.get("decisions") or {}).items(), key=lambda kv: -kv[1])
     f = {"tok_s": st["tokens_per_second"], "generated": st["generated"], "drafted": st["drafted"],
          "accepted": st["accepted"], "steps": st["steps"], "decisions": dict(ranked), "text": r["text"]}
+    steps = max(1, st["steps"])
+    # where a step's time went: llama.cpp's compute (both contexts) and the rest (Python,
+    # and in the app whatever else holds the GIL or the cores), in ms per step
+    f["native_ms_step"] = 1e3 * st.get("native_seconds", 0.0) / steps
+    f["python_ms_step"] = 1e3 * (st["decode_seconds"] - st.get("native_seconds", 0.0)) / steps
     if r.get("qt_cpu_s") is not None and st["decode_seconds"]:
         f["qt_cpu_share"] = r["qt_cpu_s"] / st["decode_seconds"]
     if r.get("x_cpu_s") is not None and st["decode_seconds"]:
@@ -420,6 +427,7 @@ def main() -> int:
                     why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
                     extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
                     extra += f", X server {100 * f['x_cpu_share']:.1f}%" if "x_cpu_share" in f else ""
+                    extra += f"; per step: compute {f['native_ms_step']:.2f} ms, the rest {f['python_ms_step']:.2f} ms"
                     print(f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
                           f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()})",
                           flush=True)
