@@ -21,9 +21,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "app"))
@@ -41,8 +42,8 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--trials", type=int, default=1)
     args = ap.parse_args()
-    os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-aa-cache-"))
-    os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-aa-data-"))
+    os.environ.setdefault("SPECDESK_CACHE_DIR", scratch_dir("specdesk-aa-cache-"))
+    os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-aa-data-"))
 
     from specdesk.bench.configs import parse_configs
     from specdesk.bench.runner import BenchOptions, SessionTarget, UntilSure, run_bench

@@ -23,9 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "app"))
@@ -43,8 +44,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--configs", default=None, help="default: the calibration's configurations and draft:auto")
     args = ap.parse_args()
-    os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-advisor-cache-"))
-    os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-advisor-data-"))
+    os.environ.setdefault("SPECDESK_CACHE_DIR", scratch_dir("specdesk-advisor-cache-"))
+    os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-advisor-data-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from specdesk.bench.advisor import advise, calibrate, validate

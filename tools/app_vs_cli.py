@@ -47,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
+
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 RESULT = "APP-RESULT "
@@ -401,7 +403,7 @@ def main() -> int:
         args.target = args.target or default_models(["target"])[0].path
         args.draft = args.draft or default_models(["draft"])[0].path
 
-    root = Path(tempfile.mkdtemp(prefix="specdesk-appvscli-"))
+    root = Path(scratch_dir("specdesk-appvscli-"))
     shared = new_folders(root) if args.shared_cache else None
     check = new_folders(root)
     check_imports(fresh_env(args, check), package_root(args.source) if args.source else REPO / "app")

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "assets" / "screenshots"
 SUFFIX = sys.argv[2] if len(sys.argv) > 2 else ""
 OUT.mkdir(parents=True, exist_ok=True)
-_tmp = tempfile.mkdtemp(prefix="specdesk-drop-shots-")
+_tmp = scratch_dir("specdesk-drop-shots-")
 os.environ["SPECDESK_DATA_DIR"] = str(Path(_tmp) / "data")
 os.environ["XDG_CONFIG_HOME"] = str(Path(_tmp) / "config")  # the app's settings stay out of the user's
 os.environ["SPECDESK_CONFIG_DIR"] = str(Path(_tmp) / "config")

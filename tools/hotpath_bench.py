@@ -57,9 +57,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("none", "ngram", "draft", "draft-pmin0", "hybrid", "translated", "translated-pmin0")
@@ -579,7 +580,7 @@ def floor_check(args) -> int:
 def _run_worker(tree: Path, args, configs: list[str]) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(tree / "app")
-    tmp = tempfile.mkdtemp(prefix="hotpath-bench-")
+    tmp = scratch_dir("hotpath-bench-")
     env["SPECDESK_DATA_DIR"] = os.path.join(tmp, "data")
     env["SPECDESK_CACHE_DIR"] = os.path.join(tmp, "cache")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--configs", ",".join(configs),

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "assets" / "screenshots")
 OUT.mkdir(parents=True, exist_ok=True)
-os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
-os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-config-")  # never the user's settings
-os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-cache-")  # nor its caches
+os.environ["SPECDESK_DATA_DIR"] = scratch_dir("specdesk-shots-")
+os.environ["SPECDESK_CONFIG_DIR"] = scratch_dir("specdesk-shots-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = scratch_dir("specdesk-shots-cache-")  # nor its caches
 
 from PySide6.QtCore import QSettings, QTimer  # noqa: E402
 
@@ -43,7 +44,7 @@ def shot(widget, name: str) -> None:
 
 def empty_state() -> None:
     models = os.environ.get("SPECDESK_MODELS_DIR")
-    os.environ["SPECDESK_MODELS_DIR"] = tempfile.mkdtemp(prefix="specdesk-nomodels-")
+    os.environ["SPECDESK_MODELS_DIR"] = scratch_dir("specdesk-nomodels-")
     w = MainWindow(data_dir(), autoload=False)
     w.resize(1440, 880)
     w.show()

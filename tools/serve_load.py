@@ -23,11 +23,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 import openai
 import psutil
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         url, pid = args.url.rstrip("/"), args.pid
     else:
         served = start_serve(serve_args or ["--target", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
-                                            "--proposer", "none"], Path(tempfile.mkdtemp(prefix="serve-load-")),
+                                            "--proposer", "none"], Path(scratch_dir("serve-load-")),
                              key=args.api_key)
         url, pid = served.url, served.proc.pid
         print(served.stdout[0], flush=True)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import tempfile
 import threading
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 TEST_MODEL = "--test-model" in sys.argv
@@ -28,9 +29,9 @@ THREADS = 1 if "--one-thread" in sys.argv else 0
 SETTINGS = dict(proposer="draft", auto_k=False, k=3, p_min=0.0, max_tokens=96, threads=THREADS)
 OUT = Path(args[0] if args else Path(__file__).resolve().parent.parent / "assets" / "screenshots")
 OUT.mkdir(parents=True, exist_ok=True)
-os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-")
-os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-config-")  # never the user's settings
-os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-shots-cache-")  # nor its caches
+os.environ["SPECDESK_DATA_DIR"] = scratch_dir("specdesk-shots-")
+os.environ["SPECDESK_CONFIG_DIR"] = scratch_dir("specdesk-shots-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = scratch_dir("specdesk-shots-cache-")  # nor its caches
 
 import openai  # noqa: E402
 from PySide6.QtCore import QSettings, QTimer  # noqa: E402

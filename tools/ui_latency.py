@@ -14,14 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-latency-"))
-os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-latency-config-")  # never the user's settings
-os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-latency-cache-")  # nor its caches
+os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-latency-"))
+os.environ["SPECDESK_CONFIG_DIR"] = scratch_dir("specdesk-latency-config-")  # never the user's settings
+os.environ["SPECDESK_CACHE_DIR"] = scratch_dir("specdesk-latency-cache-")  # nor its caches
 
 from PySide6.QtCore import QSettings  # noqa: E402
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,9 +40,9 @@ def main() -> int:
     ap.add_argument("--compare", action="store_true", help="also run a small comparison and check the Compare tab")
     ap.add_argument("--compare-repeats", type=int, default=3, help="the comparison's budget of repeats (until sure)")
     args = ap.parse_args()
-    os.environ.setdefault("SPECDESK_DATA_DIR", tempfile.mkdtemp(prefix="specdesk-window-"))
-    os.environ.setdefault("SPECDESK_CONFIG_DIR", tempfile.mkdtemp(prefix="specdesk-window-config-"))  # never the user's settings
-    os.environ.setdefault("SPECDESK_CACHE_DIR", tempfile.mkdtemp(prefix="specdesk-window-cache-"))  # nor what auto learnt
+    os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-window-"))
+    os.environ.setdefault("SPECDESK_CONFIG_DIR", scratch_dir("specdesk-window-config-"))  # never the user's settings
+    os.environ.setdefault("SPECDESK_CACHE_DIR", scratch_dir("specdesk-window-cache-"))  # nor what auto learnt
 
     from PySide6.QtCore import QEventLoop, QPoint, Qt, QTimer
     from PySide6.QtTest import QTest
