@@ -352,3 +352,41 @@ def test_the_stats_panel_shows_autos_estimate_and_why(qtbot, window, smol_path, 
     w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=2, p_min=0.0, max_tokens=16))
     ask(qtbot, w, "Say hi.")
     assert not label.isVisibleTo(w.stats) and label.text() == ""
+
+
+@pytest.mark.parametrize("width", [1000, 1350, 1400])
+def test_the_stats_panel_is_never_cut_at_its_right_edge(qtbot, window, width):
+    """The statistics pane scrolls up and down only, so at any window width the splitter
+    may give it, the panel must fit its viewport beside the scroll bar: at 1366x768 it
+    was 30 px wider, and its verdict, estimate and chart labels ended mid-word."""
+    w = window
+    w.resize(width, 740)
+    w.splitter.setSizes([150, width, 0])  # the middle takes all it can: the pane at its narrowest
+    qtbot.wait(50)
+    pane, panel = w.stats_scroll, w.stats
+    assert pane.isVisible() and pane.width() < 400
+    assert panel.width() <= pane.viewport().width(), (panel.width(), pane.viewport().width())
+    assert panel.visibleRegion().boundingRect().width() == panel.width()
+
+
+def test_the_run_line_ends_in_an_ellipsis_with_the_whole_line_as_its_tooltip(qtbot, window):
+    """The line under the message box (configuration, temperature, why) ends in "…"
+    where the window is too narrow for it, and its tooltip holds the whole line; a
+    tooltip set from outside (the Serve tab's "queued behind") is left alone."""
+    from specdesk.ui.chat_panel import ElidedLabel
+
+    assert isinstance(window.run_info, ElidedLabel)
+    label = ElidedLabel("")
+    qtbot.addWidget(label)
+    label.resize(200, 24)
+    long = "draft:k=auto · T=0 · " + "a reason why the configuration was chosen, " * 6
+    label.setText(long)
+    label.grab()  # paints it
+    assert label.toolTip() == long
+    label.setText("ngram:k=4 · T=0")
+    label.grab()
+    assert label.toolTip() == ""
+    label.setText(long)
+    label.setToolTip("queued behind 2 requests")
+    label.grab()
+    assert label.toolTip() == "queued behind 2 requests"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPainter, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -32,6 +33,25 @@ class ChatInput(QPlainTextEdit):
             self.submitted.emit()
             return
         super().keyPressEvent(e)
+
+
+class ElidedLabel(QLabel):
+    """One line that ends in "…" where its space is too short (a plain label was cut
+    mid-word at the window's right edge), with the whole text as its tooltip there."""
+
+    _tip = ""  # the tooltip this label set itself (a tooltip set from outside stays)
+
+    def paintEvent(self, _e) -> None:  # noqa: N802 - Qt API
+        rect = self.contentsRect()
+        full = self.text()
+        shown = self.fontMetrics().elidedText(full, Qt.TextElideMode.ElideRight, rect.width())
+        tip = full if shown != full else ""
+        if self.toolTip() in ("", self._tip) and tip != self._tip:
+            self.setToolTip(tip)
+            self._tip = tip
+        painter = QPainter(self)
+        self.style().drawItemText(painter, rect, int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), self.palette(),
+                                  self.isEnabled(), shown, QPalette.ColorRole.WindowText)
 
 
 class ChatSidebar(QWidget):
@@ -118,7 +138,7 @@ class ChatPanel(QWidget):
         for b in (self.send_btn, self.stop_btn, self.regen_btn, self.clear_btn, self.copy_btn):
             row.addWidget(b)
         row.addStretch(1)
-        self.run_info = QLabel("")
+        self.run_info = ElidedLabel("")
         self.run_info.setObjectName("runInfo")
         self.run_info.setStyleSheet("color:#868e96;")
         self.run_info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

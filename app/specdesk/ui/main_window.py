@@ -217,7 +217,9 @@ class MainWindow(QMainWindow):
         self.stats_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         # a steady viewport width: the panel is laid out once for it, not again when a scroll bar appears
         self.stats_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
-        self.stats_scroll.setMinimumWidth(280)
+        # no narrower than the panel and its scroll bar: with no sideways scrolling, a
+        # narrower pane cut the panel's right edge off (its texts and charts ended mid-word)
+        self.stats_scroll.setMinimumWidth(self.stats.minimumWidth() + self.stats_scroll.verticalScrollBar().sizeHint().width())
         self.stats_toggle = QAction("Statistics", self)
         self.stats_toggle.setObjectName("statsToggle")
         self.stats_toggle.setCheckable(True)
