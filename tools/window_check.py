@@ -79,7 +79,9 @@ def main() -> int:
     QTest.keyClicks(focus, args.prompt)  # typed into whatever has the focus: no click
     QTest.keyClick(focus, Qt.Key.Key_Return)
     res = wait(w.generation_finished, 300_000)
-    app.processEvents()
+    for _ in range(5):  # layouts and repaints settle, as a person would see the window
+        app.processEvents()
+        QTest.qWait(50)
 
     frame = w.frameGeometry()
     checks = {
@@ -87,6 +89,7 @@ def main() -> int:
         "an answer streamed": bool(res and res[0].steps),
         "window inside the screen": screen.contains(frame) or (frame.width() <= screen.width() and frame.height() <= screen.height()),
         "statistics panel visible": w.stats_scroll.isVisible() and screen.contains(w.stats_scroll.mapToGlobal(QPoint(w.stats_scroll.width() - 1, 0))),
+        "statistics panel not cut at its side": w.stats.width() <= w.stats_scroll.viewport().width(),
         "Send row visible": w.send_btn.isVisible() and screen.contains(w.send_btn.mapToGlobal(QPoint(w.send_btn.width() - 1, w.send_btn.height() - 1))),
         "Settings button visible": screen.contains(w.settings_btn.mapToGlobal(QPoint(w.settings_btn.width() - 1, 0))),
         "focus back in the message box": w.focusWidget() is w.input,
