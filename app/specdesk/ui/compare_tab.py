@@ -311,7 +311,8 @@ class CompareTab(QWidget):
         tl.addWidget(self.table, 3)
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("speedupChart")
-        self.chart.setTitle("speedup, 95% interval · blue: predicted", size="9pt")
+        # two short lines: the chart is at most 230 px wide, and one line was cut at its right
+        self.chart.setTitle("speedup, 95% interval<br>blue: predicted", size="9pt")
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumWidth(180)
