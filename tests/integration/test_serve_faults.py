@@ -106,6 +106,10 @@ BAD = [
      ["runs past the context", "1024"]),
     ("tool message", {"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]}, 400, "messages[0].role",
      ["not supported"]),
+    # JSON's \ud800 escape decodes to a lone surrogate, which is not text: it reached the tokenizer, a 500
+    ("lone surrogate", {"messages": msgs("hi \ud800 there")}, 400, "messages[0].content", ["surrogate", "\\ud800"]),
+    ("lone surrogate in a part", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\udfff"}]}]}, 400,
+     "messages[0].content[0].text", ["surrogate"]),
 ]
 
 
@@ -121,6 +125,9 @@ def test_malformed_bodies_keys_and_sizes(server, client):
               400, "JSON object")
     one_error(server.post("/v1/completions", {"prompt": 42}), 400, param="prompt")
     one_error(server.post("/v1/completions", {"prompt": ""}), 400, "empty", param="prompt")
+    one_error(server.post("/v1/completions", {"prompt": "\ud800 hi"}), 400, "surrogate", param="prompt")
+    one_error(server.post("/v1/chat/completions", b"", {**server.headers(), "Content-Type": "application/json"}),
+              400, "body is empty")
     # the key: missing, wrong, or almost right (a prefix: compared in full, in constant time)
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Bearer {KEY[:-1]}"}, {"Authorization": KEY}):
         r = server.request("POST", "/v1/chat/completions", {"messages": msgs()}, headers=headers)
@@ -134,6 +141,11 @@ def test_malformed_bodies_keys_and_sizes(server, client):
     assert len(json.dumps(big)) > 1_000_000
     one_error(server.post("/v1/chat/completions", big), 413, "at most 256 KiB", "--ctx")
     one_error(server.get("/v1/nothing-here"), 404, "no such endpoint")
+    wrong = server.get("/v1/chat/completions")
+    one_error(wrong, 405, "method")
+    assert wrong.headers["allow"] == "POST"  # what it does take, as HTTP asks of a 405
+    head = server.request("HEAD", "/health", headers={})  # a health checker's HEAD, with no key
+    assert head.status == 200 and head.body == b""
     assert_serving(client)
 
 
@@ -281,3 +293,22 @@ def test_port_in_use_is_one_line(strict_model, tmp_path):
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"port {port} on 127.0.0.1 is in use" in lines[0]
+
+
+def test_a_client_that_leaves_a_whole_answer_unread_stops_it(server, client):
+    """A non-streamed request whose client disconnects while the tokens flow is
+    cancelled within a poll, not run to its end with the next request waiting behind it."""
+    from urllib.parse import urlsplit
+
+    body = json.dumps({"model": "smol-strict", "prompt": COUNTING, "max_tokens": HOLDER_TOKENS, "temperature": 0}).encode()
+    u = urlsplit(server.url)
+    sock = socket.create_connection((u.hostname, u.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    _wait_for(lambda: [r for r in server.get("/requests").json()["running"] if r["generated"] > 4], "the answer running")
+    sock.close()
+    _wait_for(lambda: not server.get("/requests").json()["running"], "the answer stopped")
+    left = [t for t in server.get("/requests").json()["recent"] if t["kind"] == "completion"][-1]
+    assert left["state"] == "cancelled" and left["cancel_reason"] == "client gone", left
+    assert left["steps_after_cancel"] <= 1 and left["generated"] < HOLDER_TOKENS, left
+    assert_serving(client)

@@ -10,6 +10,7 @@ with ``Retry-After``. Every error is one line in OpenAI's error format.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -89,7 +90,7 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
     app.state.session, app.state.queue, app.state.metrics, app.state.options = session, queue, metrics, opts
     _install_error_handlers(app)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # health checkers ask with HEAD too
     async def health():
         return {"status": "ok", "model": served, "running": 1 if queue.running is not None else 0,
                 "queued": queue.depth, "capacity": queue.capacity}
@@ -152,7 +153,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(_request, e: StarletteHTTPException):
         msg = {404: "no such endpoint: this server has /v1/chat/completions, /v1/completions, /v1/models, /health, "
                     "/metrics and /requests", 405: "this endpoint does not take that method"}.get(e.status_code, str(e.detail))
-        return JSONResponse(error_body(msg), status_code=e.status_code)
+        return JSONResponse(error_body(msg), status_code=e.status_code, headers=e.headers)  # a 405's Allow
 
     @app.exception_handler(Exception)
     async def unexpected(_request, e: Exception):
@@ -245,11 +246,19 @@ async def _answer(app: FastAPI, request: Request, kind: str, body, prompt: list[
 
 
 async def _collect(run: Run, answer: Answer, request: Request):
+    """The whole answer, as one response. Whether the client is still there is asked
+    every DISCONNECT_POLL_S, while tokens flow too (asked only in the gaps between
+    them, a client that left mid-answer was noticed only once the answer was done,
+    and the next request waited in line behind an answer nobody read)."""
     parts: list[str] = []
+    clock = asyncio.get_running_loop().time
+    asked = clock()
     async for ev in run.events(poll=DISCONNECT_POLL_S):
-        if ev is None:
+        if ev is None or clock() - asked >= DISCONNECT_POLL_S:
+            asked = clock()
             if await request.is_disconnected():
                 run.cancel("client gone")
+        if ev is None:
             continue
         if ev[0] == "text":
             parts.append(ev[1])

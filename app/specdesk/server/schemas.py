@@ -158,13 +158,25 @@ def chat_messages(req: ChatRequest) -> list[dict]:
     return out
 
 
+def _encodable(text: str, param: str) -> str:
+    """The text, if it can be encoded as UTF-8: JSON's ``\\ud800`` escapes decode to
+    lone UTF-16 surrogates, which no tokenizer takes (a 400 naming the field, not a 500)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start]
+        raise APIError(400, f"'{param}' holds an unpaired UTF-16 surrogate (\\u{ord(bad):04x}) at character {e.start}: "
+                            "not text; send a valid pair or the character itself", param=param) from None
+    return text
+
+
 def _text(m: ChatMessage, where: str) -> str:
     if m.content is None:
         if m.role == "assistant":
             return ""
         raise APIError(400, f"{where}.content is required", param=f"{where}.content")
     if isinstance(m.content, str):
-        return m.content
+        return _encodable(m.content, f"{where}.content")
     parts = []
     for j, part in enumerate(m.content):
         if part.type != "text":
@@ -173,12 +185,12 @@ def _text(m: ChatMessage, where: str) -> str:
                            param=f"{where}.content[{j}].type", code="unsupported_parameter")
         if part.text is None:
             raise APIError(400, f"{where}.content[{j}].text is required", param=f"{where}.content[{j}].text")
-        parts.append(part.text)
+        parts.append(_encodable(part.text, f"{where}.content[{j}].text"))
     return "\n".join(parts)
 
 
 def completion_prompt(req: CompletionRequest) -> str:
-    return req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+    return _encodable(req.prompt if isinstance(req.prompt, str) else req.prompt[0], "prompt")
 
 
 def stop_strings(req: _Common) -> list[str]:

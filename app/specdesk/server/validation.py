@@ -33,6 +33,8 @@ def validation_error(errors: Sequence[dict]) -> APIError:
     if kind == "extra_forbidden":
         return APIError(400, f"unsupported field '{param}': this server does not implement it", param=param,
                         code="unsupported_parameter")
+    if kind == "missing" and param is None:  # no body at all
+        return APIError(400, "the body is empty: send a JSON object", code="missing_required_parameter")
     if kind == "missing":
         return APIError(400, f"'{param}' is required", param=param, code="missing_required_parameter")
     if param == "messages" and kind == "too_short":
