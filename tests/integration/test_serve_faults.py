@@ -108,6 +108,8 @@ BAD = [
      ["not supported"]),
     # JSON's \ud800 escape decodes to a lone surrogate, which is not text: it reached the tokenizer, a 500
     ("lone surrogate", {"messages": msgs("hi \ud800 there")}, 400, "messages[0].content", ["surrogate", "\\ud800"]),
+    ("a part's text a number", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, 400,
+     "messages[0].content[0].text", ["string", "got 5"]),
     ("lone surrogate in a part", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\udfff"}]}]}, 400,
      "messages[0].content[0].text", ["surrogate"]),
 ]
@@ -128,6 +130,10 @@ def test_malformed_bodies_keys_and_sizes(server, client):
     one_error(server.post("/v1/completions", {"prompt": "\ud800 hi"}), 400, "surrogate", param="prompt")
     one_error(server.post("/v1/chat/completions", b"", {**server.headers(), "Content-Type": "application/json"}),
               400, "body is empty")
+    for unreadable in (b'{"messages": "a\xff\xfeb"}', b"[" * 100_000 + b"]" * 100_000,
+                       b'{"max_tokens": ' + b"9" * 5000 + b"}"):  # not UTF-8, nested too deep, a number too long
+        one_error(server.post("/v1/chat/completions", unreadable, {**server.headers(), "Content-Type": "application/json"}),
+                  400, "could not be read as JSON")
     # the key: missing, wrong, or almost right (a prefix: compared in full, in constant time)
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Bearer {KEY[:-1]}"}, {"Authorization": KEY}):
         r = server.request("POST", "/v1/chat/completions", {"messages": msgs()}, headers=headers)

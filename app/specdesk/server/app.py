@@ -153,6 +153,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(_request, e: StarletteHTTPException):
         msg = {404: "no such endpoint: this server has /v1/chat/completions, /v1/completions, /v1/models, /health, "
                     "/metrics and /requests", 405: "this endpoint does not take that method"}.get(e.status_code, str(e.detail))
+        if e.status_code == 400 and e.detail == "There was an error parsing the body":  # FastAPI's, from json.loads
+            msg = ("the body could not be read as JSON: it is not UTF-8, or nested too deep, or holds a number too long "
+                   "to read")
         return JSONResponse(error_body(msg), status_code=e.status_code, headers=e.headers)  # a 405's Allow
 
     @app.exception_handler(Exception)

@@ -24,6 +24,10 @@ def validation_error(errors: Sequence[dict]) -> APIError:
     """The first error, in words; how many more there are."""
     if not errors:
         return APIError(400, "the request is not valid")
+    # A field that takes a string or a list (a message's content) gets an error from each
+    # branch; for a list given, "should be a valid string" misleads: the list's own error says
+    # what is wrong inside it
+    errors = [x for x in errors if not (x.get("type") == "string_type" and isinstance(x.get("input"), (list, dict)))] or errors
     e = errors[0]
     kind = e.get("type", "")
     param = param_path(e.get("loc", ()))
