@@ -8,10 +8,12 @@ half-written file under the real name.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
@@ -21,6 +23,8 @@ from typing import BinaryIO, Callable, Iterator
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+#: What read_json_object reads at most: settings, caches and the library index are far smaller.
+MAX_JSON_BYTES = 64 << 20
 
 
 @contextmanager
@@ -85,13 +89,26 @@ def move_aside(path: Path, why: str) -> Path | None:
     return dest
 
 
+def read_limited(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; OSError for anything else.
+    A FIFO under a file's name blocks its reader for ever and a device (a link to
+    /dev/zero) never ends: both are refused before a byte is read."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+    return data
+
+
 def read_json_object(path: Path, what: str = "file", keep_damaged: bool = False) -> dict:
     """The JSON object in ``path``; {} when it is missing, unreadable, nested too deep or
     not an object (logged: a damaged settings or cache file must never stop the app).
     With ``keep_damaged``, a file that exists but cannot be used is moved aside."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_limited(path, MAX_JSON_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, RecursionError) as e:

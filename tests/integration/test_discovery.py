@@ -477,3 +477,25 @@ def test_cli_models_list_json(tree, tmp_path):
     assert {e["ollama_tag"] for e in out["entries"] if e["ollama_tag"]} == {
         "tinyllama:latest", "someone/custom:q4", "hf.co/bartowski/X-GGUF:Q4_K_M"}
     assert any(e["sources"] == ["lmstudio"] for e in out["entries"])
+
+
+def test_a_fifo_or_a_device_in_the_ollama_manifests_is_skipped_not_read(tree):
+    """A FIFO manifest blocked `models list`, `models drafts` and `doctor` for ever, and
+    one linked to /dev/zero read until memory ran out: each is skipped with a note."""
+    manifests = tree.ollama / "manifests" / "registry.ollama.ai" / "library"
+    (manifests / "pipe").mkdir(parents=True)
+    os.mkfifo(manifests / "pipe" / "latest")
+    (manifests / "zero").mkdir(parents=True)
+    (manifests / "zero" / "latest").symlink_to("/dev/zero")
+    res = do_scan(tree)
+    assert "tinyllama:latest" in {e.ollama_tag for e in res.entries if e.ollama_tag}  # the rest still found
+    for name in ("pipe", "zero"):
+        assert any(f"skipped {name}:latest" in n and "not a regular file" in n for n in res.notes), res.notes
+
+
+def test_a_fifo_under_a_settings_files_name_reads_as_empty(tmp_path):
+    """read_json_object (settings, caches, the library index) never blocks on a FIFO."""
+    from specdesk.files import read_json_object
+
+    os.mkfifo(tmp_path / "library.json")
+    assert read_json_object(tmp_path / "library.json", "library index", keep_damaged=True) == {}

@@ -263,14 +263,14 @@ def test_directory_given(tmp_path):
 def test_unreadable_file(tmp_path, monkeypatch):
     f = tmp_path / "locked.txt"
     f.write_text("x\n", encoding="utf-8")
-    real = Path.read_bytes
+    real = S.read_limited
 
-    def deny(self):
-        if self == f:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def deny(path, limit):  # root reads through chmod 000: the denial is the file system's answer, stood in
+        if Path(path) == f:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, limit)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(S, "read_limited", deny)
     with pytest.raises(SpecDeskError) as e:
         load_file(f)
     msg = one_line_error(e)
@@ -438,3 +438,34 @@ def test_bad_turns_are_one_line_errors(tmp_path, line, needle):
         load_suite(str(f))
     msg = one_line_error(e)
     assert needle in msg and "line 2" in msg and str(f) in msg
+
+
+@pytest.mark.parametrize("line2,words", [
+    ("[" * 100_000, "nested too deep"),
+    ('{"prompt": "a", "n": ' + "9" * 5000 + "}", "a number too long"),
+    ('{"prompt": "x\\ud800y"}', "lone surrogate"),  # JSON's escape for half a UTF-16 pair: no tokenizer takes it
+    ('{"turns": ["ok", "x\\udfffy"]}', "lone surrogate"),
+])
+def test_jsonl_lines_json_reads_but_no_prompt_can_use(tmp_path, line2, words):
+    """Lines that crashed the run with a traceback (RecursionError, ValueError) or failed
+    only after the models loaded (a lone surrogate reached the tokenizer): one line, naming it."""
+    f = tmp_path / "odd.jsonl"
+    f.write_text('{"prompt": "fine"}\n' + line2 + "\n", encoding="utf-8")
+    with pytest.raises(SpecDeskError) as e:
+        load_file(f)
+    msg = one_line_error(e)
+    assert msg.startswith(f"{f} line 2: ") and words in msg, msg
+
+
+def test_a_fifo_or_a_device_as_a_suite_is_refused_not_read(tmp_path):
+    """A FIFO blocked the run for ever and a link to /dev/zero read until memory ran out."""
+    import os
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    for f in (fifo, zero):
+        with pytest.raises(SpecDeskError) as e:
+            load_file(f)
+        assert one_line_error(e) == f"cannot read {f}: not a regular file"

@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from specdesk.errors import SpecDeskError
+from specdesk.files import read_limited
 
 __all__ = [
     "BUILTIN",
@@ -97,6 +98,7 @@ _DESCRIPTIONS: dict[str, str] = {
 
 ALL = "all"
 _SEPARATOR = "---"
+MAX_SUITE_BYTES = 64 << 20  # a prompt file of 64 MiB is millions of prompts: beyond it, a wrong file
 _PATH_SUFFIXES = (".jsonl", ".txt", ".json", ".md", ".prompts")
 
 _PKG_DIR = Path(__file__).resolve().parent.parent  # app/specdesk
@@ -135,7 +137,7 @@ def _read_text(path: Path) -> str:
     if path.is_dir():
         raise _err(f"{path} is a directory, not a prompt file")
     try:
-        data = path.read_bytes()
+        data = read_limited(path, MAX_SUITE_BYTES)  # not a FIFO (a read that never returns) nor a device
     except OSError as exc:
         raise _err(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
@@ -158,6 +160,10 @@ def _parse_jsonl(path: Path, text: str, name: str) -> list[Prompt]:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _err(f"{path} line {lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        except RecursionError as exc:
+            raise _err(f"{path} line {lineno}: not valid JSON: nested too deep") from exc
+        except ValueError as exc:  # Python's own limit: an integer of over 4300 digits
+            raise _err(f"{path} line {lineno}: not valid JSON: a number too long to read") from exc
         if not isinstance(obj, dict):
             raise _err(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
         turns: tuple[str, ...] = ()
@@ -180,6 +186,12 @@ def _parse_jsonl(path: Path, text: str, name: str) -> list[Prompt]:
                 raise _err(f'{path} line {lineno}: no "prompt" string (or "turns" list)')
             if not prompt.strip():
                 raise _err(f"{path} line {lineno}: empty prompt")
+        for t in (prompt, *turns):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's \ud800 escape: a lone surrogate, no tokenizer takes it
+                raise _err(f"{path} line {lineno}: the prompt holds a lone surrogate (\\u{ord(t[exc.start]):04x}): "
+                           "not text") from exc
         pid = obj.get("id", None)
         if pid is None:
             pid = f"{name}-{lineno}"

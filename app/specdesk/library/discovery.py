@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import Cancelled
+from ..files import read_limited
 from ..paths import hf_hub_cache, models_dir
 from .defaults import default_models
 from .folders import user_folders
@@ -427,7 +428,7 @@ class _Scan:
             if manifest.stat().st_size > _MAX_MANIFEST_BYTES:
                 self.note(f"ollama: skipped {name}: manifest {manifest} is too large", logging.WARNING)
                 return
-            data = json.loads(manifest.read_text(encoding="utf-8"))
+            data = json.loads(read_limited(manifest, _MAX_MANIFEST_BYTES).decode("utf-8"))  # not a FIFO, nor /dev/zero
         except (ValueError, UnicodeDecodeError) as e:
             self.note(f"ollama: skipped {name}: malformed manifest {manifest} ({e})", logging.WARNING)
             return
