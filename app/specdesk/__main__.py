@@ -27,8 +27,11 @@ class _App:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import main as cli_main
-
+    try:
+        from .cli import main as cli_main  # a second of imports: Ctrl+C here is no traceback either
+    except KeyboardInterrupt:
+        print("specdesk: interrupted", file=sys.stderr)
+        return 130
     return cli_main(sys.argv[1:] if argv is None else argv, app=_App())
 
 

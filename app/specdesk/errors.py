@@ -29,3 +29,15 @@ class Cancelled(SpecDeskError):
 class RpcError(SpecDeskError):
     """An RPC server (llama.cpp's RPC backend) that cannot be used: unreachable, refusing,
     another protocol version, gone mid-generation, or a build without RPC."""
+
+
+class NonFiniteLogitsError(ModelFileError):
+    """A model computed logits that are not numbers (NaN, infinity): its weights are
+    damaged (or its backend failed). Its tokens would be noise, and a draft's would
+    bend the sampler: the generation stops with this instead. ``role``: which model."""
+
+    def __init__(self, role: str = "the model") -> None:
+        self.role = role
+        fix = "; load another draft" if "draft" in role else ""
+        super().__init__(f"{role} computed logits that are not numbers (NaN or infinity): its weights are damaged, "
+                         f"or its backend failed{fix}")

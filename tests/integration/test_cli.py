@@ -205,3 +205,73 @@ def test_gpu_layers_on_a_cpu_build_are_said_to_do_nothing(smol_path):
         pytest.skip("this llama.cpp can offload to a GPU")
     assert "no effect" in r.stderr and r.stderr.count("\n") == 1
     assert info["memory"]["vram_bytes"] == 0  # the estimate follows what llama.cpp will really do
+
+
+@pytest.fixture(scope="module")
+def nan_model(smol_path, tmp_path_factory):
+    """SmolLM2 with its output norm's weights set to NaN: a damaged file that loads and
+    computes NaN logits (the reader checks the structure, not the numbers)."""
+    import gguf
+    import numpy as np
+
+    t = next(t for t in gguf.GGUFReader(smol_path).tensors if t.name == "output_norm.weight")
+    dst = tmp_path_factory.mktemp("nan") / "smol-nan.gguf"
+    data = bytearray(Path(smol_path).read_bytes())
+    data[t.data_offset:t.data_offset + t.n_bytes] = np.full(t.n_elements, np.nan, np.float32).tobytes()
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize("temp", ["1", "0"])
+def test_a_model_that_computes_nan_stops_the_answer_with_one_line(smol_path, nan_model, temp):
+    """A NaN draft bent the sampler at T>0 (every probability NaN, so every draw the last
+    token: the answer was `ectableectable...`, not the target's) and a NaN target answered
+    noise; now each is one line naming the model, exit 2."""
+    r = cli("generate", "--target", smol_path, "--draft", nan_model, "--prompt", "Hi", "--max-tokens", "12", "--k", "4",
+            "--p-min", "0", "--temp", temp, "--threads", "2")
+    assert_one_line_error(r, "the draft model", "not numbers (NaN")
+    assert not r.stdout.strip()
+    r = cli("generate", "--target", nan_model, "--proposer", "none", "--prompt", "Hi", "--max-tokens", "12",
+            "--temp", temp, "--threads", "2")
+    assert_one_line_error(r, "the target model", "not numbers (NaN")
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(smol_path):
+    """Bytes that are not UTF-8 on the command line reached the tokenizer as lone
+    surrogates: a UnicodeEncodeError traceback."""
+    r = subprocess.run([PY, "-m", "specdesk", "generate", "--target", str(smol_path), "--prompt", b"\xff\xfe bad"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "--prompt is not UTF-8 text: character 0 is the byte ff" in r.stderr
+
+
+def test_a_model_whose_file_name_is_not_utf8_loads(smol_path, tmp_path):
+    """The path goes to llama.cpp as the file system's own bytes (it was encoded as UTF-8:
+    a traceback for a name that is not)."""
+    link = os.fsencode(tmp_path) + b"/smol-\xff.gguf"
+    os.symlink(os.fsencode(smol_path), link)
+    r = subprocess.run([PY, "-m", "specdesk", "generate", "--target", link, "--proposer", "none", "--prompt", "Hi",
+                        "--max-tokens", "2", "--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_ctrl_c_while_the_model_loads_stops_the_command(qwen_target_path):
+    """Ctrl+C while llama.cpp loads raised KeyboardInterrupt inside its log callback,
+    where ctypes drops it: the command loaded on, answered and exited 0. Now it stops
+    with one line and 130, as it does while generating."""
+    import signal
+
+    p = subprocess.Popen([PY, "-m", "specdesk", "--verbose", "generate", "--target", str(qwen_target_path), "--proposer",
+                          "none", "--prompt", "Write a long story about a cat.", "--max-tokens", "64"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stderr:  # llama.cpp's log, through the callback: the load has begun
+        seen.append(line)
+        if "llama_model_loader" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert p.returncode == 130, (p.returncode, err[-2000:])
+    assert err.rstrip().endswith("specdesk: interrupted") and "Exception ignored" not in err, err[-2000:]
+    assert not out.strip(), "an answer was generated after Ctrl+C"

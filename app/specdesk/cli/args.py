@@ -60,12 +60,32 @@ def draft_length(v: str) -> int | str:
     return n
 
 
+def utf8_text(name: str):
+    """Text from the command line, which must be UTF-8: bytes that are not reach Python as
+    lone surrogates (U+DC80-U+DCFF), which no tokenizer takes."""
+    def parse(v: str) -> str:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = v[e.start]
+            try:
+                what = f"the byte {os.fsencode(bad).hex()}"  # a byte the locale could not decode
+            except UnicodeEncodeError:
+                what = f"a lone surrogate \\u{ord(bad):04x}"
+            raise argparse.ArgumentTypeError(f"{name} is not UTF-8 text: character {e.start} is {what}") from None
+        return v
+
+    return parse
+
+
 def float_in(name: str, lo: float, hi: float | None, lo_open: bool = False, hi_open: bool = False):
     def parse(v: str) -> float:
         try:
             x = float(v)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {v!r}") from None
+        if x in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {v}")
         bad = x != x or (x <= lo if lo_open else x < lo) or (hi is not None and (x >= hi if hi_open else x > hi))
         if bad:
             rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}{')' if hi_open or hi is None else ']'}"
@@ -127,7 +147,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def add_generation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
-    g.add_argument("--prompt", required=True, help="the prompt (chat-formatted with the target's template unless --raw)")
+    g.add_argument("--prompt", required=True, type=utf8_text("--prompt"), help="the prompt (chat-formatted with the target's template unless --raw)")
     g.add_argument("--raw", action="store_true",
                    help="plain completion: no chat template; special tokens written in the prompt (<|im_start|>) are "
                         "parsed as llama.cpp's tools do")

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import logging
 import re
+import signal
 import threading
 from dataclasses import dataclass
 
@@ -58,6 +59,28 @@ def capture_buffers():
         yield out
     finally:
         _capture.buffers = None
+
+
+@contextlib.contextmanager
+def deferred_interrupt(flag: list[bool] | None = None):
+    """Ctrl+C during a long native call (loading a model, making a context) on the main
+    thread: Python raises KeyboardInterrupt at the next bytecode it runs, which is inside
+    llama.cpp's log or progress callback, and ctypes prints and drops an exception raised
+    there; the call ran on and the command finished as if nothing happened. Here Ctrl+C
+    only sets a flag (which a load's progress callback answers by stopping the load), and
+    KeyboardInterrupt is raised once the call has returned. Elsewhere (another thread, a
+    handler of the caller's own) nothing changes. Yields the flag (``flag``, if given)."""
+    flag = flag if flag is not None else [False]
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield flag
+        return
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: flag.__setitem__(0, True))
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if flag[0]:
+            raise KeyboardInterrupt
 
 
 @llama_cpp.llama_log_callback

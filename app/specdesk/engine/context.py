@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import Cancelled, ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
+from .backend import deferred_interrupt
 from .model import Buffer, Model, capture_buffers, default_threads
 from .rpc import check_alive, gone
 
@@ -50,8 +51,10 @@ class Context:
         params.n_threads = self.threads
         params.n_threads_batch = self.threads
         params.no_perf = True
-        with capture_buffers() as buffers:
+        with deferred_interrupt() as interrupted, capture_buffers() as buffers:  # Ctrl+C meanwhile: after the call
             ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+            if interrupted[0] and ctx:
+                llama_cpp.llama_free(ctx)
         self.buffers: list[Buffer] = buffers
         if not ctx:
             raise SpecDeskError(f"{model.path.name}: llama.cpp could not create a context of {n_ctx} tokens (out of memory?)")

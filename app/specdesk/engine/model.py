@@ -16,7 +16,7 @@ import llama_cpp
 
 from ..errors import Cancelled, ModelFileError, SpecDeskError
 from ..rules import kv
-from .backend import Buffer, capture_buffers, clear_native_errors, ensure_backend, last_native_error
+from .backend import Buffer, capture_buffers, clear_native_errors, deferred_interrupt, ensure_backend, last_native_error
 from .devices import backends
 from .rpc import gone
 from ..rules.vocab import VocabInfo
@@ -123,23 +123,32 @@ class Model:
             params.tensor_split = self._split
         self.vocab_only = vocab_only
         cancelled = [False]
-        if progress is not None:
+        interrupted = [False]  # Ctrl+C meanwhile (set by deferred_interrupt): stop the load
 
-            def _cb(p: float, _user: ctypes.c_void_p) -> bool:
-                try:
-                    keep_going = bool(progress(float(p)))
-                except Exception:  # noqa: BLE001 - never let an exception cross into C
-                    log.exception("load progress callback failed")
-                    keep_going = True
-                if not keep_going:
-                    cancelled[0] = True
-                return keep_going
+        def _cb(p: float, _user: ctypes.c_void_p) -> bool:
+            if interrupted[0]:
+                return False
+            if progress is None:
+                return True
+            try:
+                keep_going = bool(progress(float(p)))
+            except Exception:  # noqa: BLE001 - never let an exception cross into C
+                log.exception("load progress callback failed")
+                keep_going = True
+            if not keep_going:
+                cancelled[0] = True
+            return keep_going
 
-            self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
-            params.progress_callback = self._progress_cb
+        self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
+        params.progress_callback = self._progress_cb
         clear_native_errors()
-        with capture_buffers() as buffers:
-            model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        # os.fsencode: the path's own bytes (a file name that is not UTF-8 comes back as them)
+        with deferred_interrupt(interrupted), capture_buffers() as buffers:
+            model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
+            if interrupted[0]:
+                if model:
+                    llama_cpp.llama_model_free(model)
+                return  # deferred_interrupt raises KeyboardInterrupt on the way out
         self.buffers: list[Buffer] = buffers
         if not model:
             if cancelled[0]:
@@ -248,7 +257,11 @@ class Model:
         return e
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: a byte that was not UTF-8, or JSON's \ud800
+            raise SpecDeskError(f"the text is not valid Unicode: character {e.start} is a lone surrogate "
+                                f"(\\u{ord(text[e.start]):04x}); it cannot be tokenized") from None
         n_max = len(data) + 16
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)

@@ -27,10 +27,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import NonFiniteLogitsError
 from .backend import Backend, argmax_rows
 from .controller import LAST_TOKEN, NO_CANDIDATE, TARGET_ALONE, Controller, Decision, StepCost
 from .proposers.base import EMPTY_DRAFT, Draft, Proposer
-from .sampling import SamplingParams, WarpedRows
+from .sampling import SamplingParams, WarpedRows, check_finite
 from .stats import Stats
 from .verify import Verdict, verify_greedy, verify_stochastic
 
@@ -112,8 +113,11 @@ def verify_rows(draft_tokens: Sequence[int], draft: Draft, rows: np.ndarray, par
     if params.greedy:
         if not draft_tokens:  # a target step: one row, one argmax
             best = int(rows.argmax())  # the one row's (the flat index of a 1-row view)
+            check_finite(rows[0, best])
             return Verdict(0, best, "bonus", target_argmax=(best,))
-        return verify_greedy(draft_tokens, argmax_rows(rows))
+        best_rows = argmax_rows(rows)
+        check_finite(rows[np.arange(best_rows.shape[0]), best_rows].max())
+        return verify_greedy(draft_tokens, best_rows)
     q = draft.q[: len(draft_tokens)] if draft.q is not None else None
     return verify_stochastic(draft_tokens, WarpedRows(rows, params), q, rng)
 
@@ -221,7 +225,10 @@ class _Loop:
             return max(0, min(ctl.budget(source, hint, limit), limit))
 
         ctl.take_decision()  # forget any decision not made for this step
-        draft = self.proposer.propose(self.seq, budget, self.params, self.rng) if limit > 0 else EMPTY_DRAFT
+        try:
+            draft = self.proposer.propose(self.seq, budget, self.params, self.rng) if limit > 0 else EMPTY_DRAFT
+        except NonFiniteLogitsError as e:
+            raise NonFiniteLogitsError("the draft model") from e
         decision = ctl.take_decision()
         if decision is None:
             decision = _UNDECIDED[LAST_TOKEN if limit <= 0 else (NO_CANDIDATE if self.proposer.drafts else TARGET_ALONE)]
@@ -231,8 +238,11 @@ class _Loop:
         """The target's batch ``[pending] + draft_tokens``, verified on its rows where
         they lie (nothing copied)."""
         params, rng = self.params, self.rng
-        return self.target.eval([self.seq[-1]] + draft_tokens, all_rows=True,
-                                fn=lambda rows: verify_rows(draft_tokens, draft, rows, params, rng))
+        try:
+            return self.target.eval([self.seq[-1]] + draft_tokens, all_rows=True,
+                                    fn=lambda rows: verify_rows(draft_tokens, draft, rows, params, rng))
+        except NonFiniteLogitsError as e:
+            raise NonFiniteLogitsError("the target model") from e
 
     def roll_back(self, n_accepted: int) -> None:
         """The target keeps the pending token and the accepted draft tokens."""

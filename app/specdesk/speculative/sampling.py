@@ -15,9 +15,12 @@ dense copy of the vocabulary per row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import NonFiniteLogitsError
 
 # For top-p we look for the nucleus among this many best tokens first and only
 # sort the whole vocabulary when their mass is not enough.
@@ -68,6 +71,13 @@ def top_probability(logits: np.ndarray, top: int | None = None, scratch: np.ndar
     return float(1.0 / float(out.sum()))
 
 
+def check_finite(value: float) -> None:
+    """``value`` (a row's largest logit: NaN where any is, since argmax and max pick a
+    NaN) is a number; NonFiniteLogitsError otherwise. One comparison per row."""
+    if not math.isfinite(value):
+        raise NonFiniteLogitsError()
+
+
 class TopToken:
     """A greedy draft step, read where the row lies: the argmax of a logits row and,
     when ``p_min`` is set, its probability under the plain softmax (else NaN).
@@ -81,6 +91,7 @@ class TopToken:
 
     def __call__(self, logits: np.ndarray) -> tuple[int, float]:
         t = int(logits.argmax())
+        check_finite(logits[t])
         if self.p_min <= 0:
             return t, float("nan")
         s = self._scratch
@@ -141,7 +152,9 @@ def warp_support(logits: np.ndarray, params: SamplingParams) -> Warped:
     x = np.asarray(logits)
     n = x.shape[-1]
     if params.greedy:
-        return Warped(np.array([int(np.argmax(x))]), np.ones(1))
+        t = int(np.argmax(x))
+        check_finite(x[t])
+        return Warped(np.array([t]), np.ones(1))
 
     # Candidate set, as indices into x.
     if 0 < params.top_k < n:
@@ -153,6 +166,7 @@ def warp_support(logits: np.ndarray, params: SamplingParams) -> Warped:
         cand = _nucleus(x, cand, params.top_p)
 
     vals = np.asarray(x if cand is None else x[cand], dtype=np.float64)
+    check_finite(vals.max())  # NaN or inf would make every probability NaN, and the draw the last token
     if params.min_p > 0.0:
         keep = vals >= vals.max() + np.log(params.min_p)
         cand = np.flatnonzero(keep) if cand is None else cand[keep]
