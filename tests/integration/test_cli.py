@@ -275,3 +275,11 @@ def test_ctrl_c_while_the_model_loads_stops_the_command(qwen_target_path):
     assert p.returncode == 130, (p.returncode, err[-2000:])
     assert err.rstrip().endswith("specdesk: interrupted") and "Exception ignored" not in err, err[-2000:]
     assert not out.strip(), "an answer was generated after Ctrl+C"
+
+
+@pytest.mark.parametrize("ctx,words", [("1000000000", "needs about"), ("4294967552", "more than llama.cpp takes")])
+def test_a_context_no_machine_holds_is_refused_before_it_is_allocated(smol_path, ctx, words):
+    """A billion-token context took 20 GB and 80 s to fail, and one past 2^32 wrapped
+    silently to 256 tokens: both are one line before llama.cpp allocates anything."""
+    r = cli("generate", "--target", smol_path, "--proposer", "none", "--prompt", "Hi", "--max-tokens", "2", "--ctx", ctx)
+    assert_one_line_error(r, f"a context of {ctx} tokens", words)

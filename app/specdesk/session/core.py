@@ -13,16 +13,18 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
+import psutil
 
 from ..chat.worker import render_bounded, shared_renderer
 from ..engine.context import Context
 from ..engine.devices import handles
-from ..system.memory import MemoryReport, ModelMemory, report
+from ..system.memory import MemoryReport, ModelMemory, gpu_memory, report
 from ..engine.model import Model
 from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
-from ..library.gguf import validate_gguf
+from ..fmt import format_bytes
+from ..library.gguf import estimate_memory, validate_gguf
 from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
 from ..speculative.costmodel import CostModel
@@ -49,6 +51,31 @@ def check_model_file(path: Path) -> Path:
     # named from the path given (not the memoised header's, which may be another
     # spelling of the same file): llama.cpp finds the other parts beside this one
     return first_part(Path(path)) if split_count(g) > 1 else Path(path)
+
+
+#: llama.cpp holds a context size in 32 bits: beyond, a size wraps to another one.
+MAX_CTX = 2**31 - 1
+
+
+def check_context_memory(spec: ModelSpec) -> None:
+    """Refuse, before llama.cpp tries, a context whose KV cache and compute buffers alone
+    exceed all of this machine's memory (RAM, swap and, where layers are offloaded,
+    VRAM): a context of a billion tokens took 20 GB and 80 s to fail, and past 2^32 one
+    wrapped to another size. The weights are left out (mapped, they page), and so is
+    what is in use: a borderline size is llama.cpp's to try."""
+    if spec.n_ctx > MAX_CTX:
+        raise ContextOverflowError(f"a context of {spec.n_ctx} tokens is more than llama.cpp takes ({MAX_CTX})")
+    if spec.rpc:  # other machines hold what goes to their devices
+        return
+    est = estimate_memory(validate_gguf(spec.path), n_ctx=spec.n_ctx, n_gpu_layers=max(0, spec.n_gpu_layers))
+    need = int(est["kv_bytes"]) + int(est["compute_bytes"])
+    have = psutil.virtual_memory().total + psutil.swap_memory().total
+    if spec.n_gpu_layers:
+        have += sum(g.total_bytes for g in gpu_memory()[0])
+    if need > have:
+        raise ContextOverflowError(
+            f"{spec.path.name}: a context of {spec.n_ctx} tokens needs about {format_bytes(need)} for its KV cache "
+            f"and buffers, more than this machine's {format_bytes(have)} of memory: lower the context size")
 
 
 class LoadedModel:
@@ -218,6 +245,9 @@ class Session:
         target = replace(target, path=check_model_file(target.path))
         if draft is not None:
             draft = replace(draft, path=check_model_file(draft.path))
+        for spec in (target, draft):
+            if spec is not None:
+                check_context_memory(spec)
         sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
         if placement is None:
