@@ -283,3 +283,11 @@ def test_a_context_no_machine_holds_is_refused_before_it_is_allocated(smol_path,
     silently to 256 tokens: both are one line before llama.cpp allocates anything."""
     r = cli("generate", "--target", smol_path, "--proposer", "none", "--prompt", "Hi", "--max-tokens", "2", "--ctx", ctx)
     assert_one_line_error(r, f"a context of {ctx} tokens", words)
+
+
+def test_more_threads_than_cpus_gets_a_note(smol_path):
+    """1000 threads on 2 CPUs ran at a seven-hundredth of the speed without a word."""
+    n = (os.cpu_count() or 1) + 1
+    r = cli("generate", "--target", smol_path, "--proposer", "none", "--prompt", "Hi", "--max-tokens", "2", "--threads", n)
+    assert r.returncode == 0, r.stderr
+    assert f"--threads {n} is more than this machine's {n - 1} CPUs" in r.stderr
