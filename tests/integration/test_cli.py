@@ -291,3 +291,18 @@ def test_more_threads_than_cpus_gets_a_note(smol_path):
     r = cli("generate", "--target", smol_path, "--proposer", "none", "--prompt", "Hi", "--max-tokens", "2", "--threads", n)
     assert r.returncode == 0, r.stderr
     assert f"--threads {n} is more than this machine's {n - 1} CPUs" in r.stderr
+
+
+def test_models_inspect_shows_hostile_metadata_as_escapes(smol_path, tmp_path):
+    """A GGUF's name with an escape sequence, a newline and a NUL went to the terminal as
+    they were (clearing the screen, splitting the output's lines)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "gguf"))
+    from gguf import GGUFValueType as VT
+    from tiny_gguf import rebuild_gguf
+
+    evil = "evil\x1b[2J\x1b[31mRED\nnewline\x00nul"
+    f = rebuild_gguf(smol_path, tmp_path / "evil.gguf", set_kv={"general.name": (VT.STRING, evil)})
+    r = cli("models", "inspect", f)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x00" not in r.stdout
+    assert "evil\\x1b[2J\\x1b[31mRED\\nnewline\\x00nul" in r.stdout

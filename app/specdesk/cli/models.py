@@ -15,7 +15,7 @@ from ..library.pairing import check_pair, drafts_for
 from ..session import ModelSpec, devices, supports_gpu_offload
 from ..session.preflight import estimate
 from .args import Parser, non_negative_int, positive_int, warn_gpu_layers
-from .output import EXIT_USAGE, dump_json, progress_bar
+from .output import EXIT_USAGE, dump_json, printable, progress_bar
 
 
 def add_parsers(sub) -> None:
@@ -91,7 +91,7 @@ def format_table(result: ScanResult) -> str:
             quant = str(info.get("quant") or "-")
             params = format_params(info.get("parameters"))
             size = format_bytes(e.size) + (f" in {e.parts} parts" if e.parts > 1 else "")
-        rows.append((e.name, e.role or "-", ",".join(e.sources), quant, params, size, str(e.path)))
+        rows.append((printable(e.name), e.role or "-", ",".join(e.sources), printable(quant), params, size, printable(e.path)))
         if e.error:
             errors[len(rows) - 1] = e.error
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -99,7 +99,7 @@ def format_table(result: ScanResult) -> str:
     for i, r in enumerate(rows):
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
         if i in errors:
-            lines.append(f"    {'missing' if not result.entries[i - 1].present else 'invalid'}: {errors[i]}")
+            lines.append(f"    {'missing' if not result.entries[i - 1].present else 'invalid'}: {printable(errors[i])}")
     valid = sum(1 for e in result.entries if e.valid)
     lines.append(f"{len(result.entries)} files, {valid} usable")
     return "\n".join(lines)
@@ -130,13 +130,13 @@ def _inspect(args) -> int:
         if isinstance(v, dict):
             print(f"{k}:")
             for kk, vv in v.items():
-                print(f"  {kk}: {format_bytes(vv) if kk.endswith('_bytes') else vv}")
+                print(f"  {printable(kk)}: {format_bytes(vv) if kk.endswith('_bytes') else printable(vv)}")
         elif k == "devices":
             print("devices:")
             for d in v:
                 print(f"  {d['name']} ({d['kind']}): {format_bytes(d['free_bytes'])} free of {format_bytes(d['total_bytes'])}")
         else:
-            print(f"{k}: {format_bytes(v) if k == 'file_size' else v}")
+            print(f"{k}: {format_bytes(v) if k == 'file_size' else printable(v)}")
     return 0
 
 
@@ -153,14 +153,14 @@ def _drafts(args) -> int:
     print(f"{len(usable)} of {len(res)} models can draft for {args.target.name}" + (":" if res else "."))
     for c in res:
         if c.compatible:
-            print(f"  ok          {format_bytes(c.size):>10}  {c.name}  ({c.path})")
+            print(f"  ok          {format_bytes(c.size):>10}  {printable(c.name)}  ({printable(c.path)})")
     for c in res:
         if c.translated:
-            print(f"  translated  {format_bytes(c.size):>10}  {c.name}: {c.reason}; a step costs about "
-                  f"{c.cost_ratio:.2f} target steps by size  ({c.path})")
+            print(f"  translated  {format_bytes(c.size):>10}  {printable(c.name)}: {c.reason}; a step costs about "
+                  f"{c.cost_ratio:.2f} target steps by size  ({printable(c.path)})")
     for c in res:
         if not c.usable:
-            print(f"  no          {'':>10}  {c.name}: {c.reason}")
+            print(f"  no          {'':>10}  {printable(c.name)}: {printable(c.reason)}")
     return 0
 
 

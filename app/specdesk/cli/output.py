@@ -45,6 +45,17 @@ def progress_bar(**kw) -> tqdm:
     return tqdm(**kw)
 
 
+def printable(value: object) -> str:
+    """``value`` as text a terminal shows as it is: control characters (an escape
+    sequence, a newline, a NUL in a GGUF's metadata or a file's name) written as
+    escapes, as ``repr`` would, so a hostile file cannot move the cursor, clear the
+    screen or split a table's row."""
+    s = str(value)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
 def error(message: str) -> int:
     print(f"specdesk: error: {message}", file=sys.stderr)
     return EXIT_USAGE
