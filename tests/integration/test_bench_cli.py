@@ -106,6 +106,19 @@ def test_unwritable_output_directory_fails_before_any_model_work(smol_path, tmp_
     r = cli("bench", "--target", smol_path, "--configs", "none,ngram", "--out", blocker / "out", "--no-advisor")
     assert_one_line_error(r, "cannot")
     assert blocker.read_text() == "x"
+    # a folder where a report file goes: found after the whole run before, the report lost
+    (tmp_path / "o3" / "report.md").mkdir(parents=True)
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"prompt": "Say hi."}\n')  # short, should the check ever be lost
+    r = cli("bench", "--target", smol_path, "--configs", "none", "--suite", one, "--repeats", "1", "--max-tokens", "4",
+            "--out", tmp_path / "o3", "--no-advisor")
+    assert_one_line_error(r, "report.md there is not a file")
+    assert sorted(p.name for p in (tmp_path / "o3").iterdir()) == ["report.md"]
+    # an empty --out was the current folder
+    r = cli("bench", "--target", smol_path, "--configs", "none,ngram", "--out", "", "--no-advisor", "--seed", "-5")
+    assert r.returncode == 2 and "--out needs a folder name" in r.stderr, r.stderr
+    r = cli("bench", "--target", smol_path, "--configs", "none", "--seed", "-5", "--out", tmp_path / "o4", "--no-advisor")
+    assert_one_line_error(r, "seed must be an integer >= 0")  # refused before the models load, not after
 
 
 def test_multi_turn_tasks_replay_the_chat_and_report_history_against_ngram(smol_path, tmp_path):

@@ -168,7 +168,7 @@ def add_sampling_options(g, max_tokens_default: int | None = 256) -> None:
     g.add_argument("--top-k", type=non_negative_int("top-k"), default=0, help="top-k, 0 = off")
     g.add_argument("--top-p", type=float_in("top-p", 0.0, 1.0, lo_open=True), default=1.0, help="top-p, 1 = off")
     g.add_argument("--min-p", type=float_in("min-p", 0.0, 1.0, hi_open=True), default=0.0, help="min-p, 0 = off")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=non_negative_int("seed"), default=0)
     g.add_argument("--max-tokens", type=positive_int("max tokens"), default=max_tokens_default,
                    help=f"default {max_tokens_default}" if max_tokens_default else "default: the rest of the context")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
 from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
-from .args import add_model_options, float_in, int_at_least, load_session, positive_int
+from .args import add_model_options, float_in, int_at_least, load_session, non_negative_int, positive_int
 from .output import dump_json, progress_bar
 
 
@@ -73,8 +74,8 @@ def add_parsers(sub) -> None:
     add_repeat_options(g, 3)
     g.add_argument("--max-tokens", type=positive_int("max tokens"), default=128)
     g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--out", type=Path, default=None, help="output directory (default: bench-out/<date-time>)")
+    g.add_argument("--seed", type=non_negative_int("seed"), default=0)
+    g.add_argument("--out", type=_out_dir, default=None, help="output directory (default: bench-out/<date-time>)")
     g.add_argument("--no-advisor", action="store_true", help="skip the calibration and the advisor's predictions")
     g.add_argument("--no-warmup", action="store_true")
     g.add_argument("--list-suites", action="store_true", help="list the built-in suites and exit")
@@ -110,6 +111,12 @@ def cmd_bench(args) -> int:
     print_comparison_notes(res)
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out}", file=sys.stderr)
     return 0
+
+
+def _out_dir(v: str) -> Path:
+    if not v.strip():  # Path("") is the current folder: a report written where the user did not ask
+        raise argparse.ArgumentTypeError("--out needs a folder name")
+    return Path(v)
 
 
 def print_comparison_notes(res: ComparisonResult) -> None:

@@ -95,6 +95,9 @@ def _prepare_dir(out: Path) -> list[Path]:
     Returns the directories it created, outermost first."""
     if out.exists() and not out.is_dir():
         raise SpecDeskError(f"cannot write the report to {out}: it exists and is not a directory")
+    for name in FILE_NAMES:  # found only after the whole run, a folder under a report's name lost the report
+        if (out / name).exists() and not (out / name).is_file():
+            raise SpecDeskError(f"cannot write the report to {out}: {name} there is not a file")
     missing = []
     p = out
     while not p.exists() and p != p.parent:
