@@ -189,6 +189,8 @@ def test_doctor_json_lists_the_devices_and_says_what_gpu_layers_do():
     assert "CPU" in d["llama_cpp"]["backends"] and d["llama_cpp"]["llama_cpp_python"]
     assert d["ram"]["total_bytes"] > 0 and {"models", "data", "cache"} <= set(d["folders"])
     assert {m["role"] for m in d["default_pair"]} == {"target", "draft"}
+    # an AMX build says its extra weight buffers are off (its kernels can crash), and only it
+    assert (d["llama_cpp"]["extra_buffers_off"] is not None) == ("AMX_INT8" in d["llama_cpp"]["cpu_features"])
     g = d["gpu_offload"]
     if not g["supported"]:  # a CPU-only build (as here): GPU layers are flagged as doing nothing, with the fix
         assert "ignored" in g["gpu_layers_effect"] and "CMAKE_ARGS" in g["fix"]

@@ -136,3 +136,38 @@ def test_stop_between_the_chunks_of_a_long_prompt(smol):
     ctx.prefill(toks)
     assert ctx.last_prefill_evaluated == len(toks) - 64 and ctx.history == toks
     ctx.close()
+
+
+_BATCH_PROBE = """
+import sys
+from specdesk.engine.context import Context
+from specdesk.engine.model import Model
+m = Model(sys.argv[1])
+ctx = Context(m, n_ctx=512, threads=2)
+row = ctx.prefill(m.tokenize("def fibonacci(n):\\n    '''Return the n-th Fibonacci number.'''\\n" * 4))
+print(" ".join(sorted({b.device for b in m.buffers if b.kind == "model"})))
+print(int(row.argmax()))
+"""
+
+
+def test_a_batch_of_many_tokens_decodes_on_any_build(qwen_draft_path):
+    """A prompt is a batch of many tokens. On a llama.cpp built with AMX code (a
+    Sapphire Rapids or later CPU), 0.3.36's AMX matrix product loads a tile
+    configuration half made of stack garbage, and on a 2-core Xeon VM every prompt
+    killed the process (SIGSEGV) before the loader turned llama.cpp's extra buffers off
+    there. In a subprocess, so that a crash fails this test rather than the run. Where
+    the build has no AMX code, the repacked copy of Q4_K weights (a faster layout on
+    AVX2) must stay: the fix must not cost other machines their repacking."""
+    import subprocess
+    import sys
+
+    from specdesk.engine.model import amx_compiled, system_info
+
+    p = subprocess.run([sys.executable, "-c", _BATCH_PROBE, str(qwen_draft_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"the prompt's batch killed the process ({p.returncode}): {p.stderr[-2000:]}"
+    devices = p.stdout.split("\n")[0].split()
+    if amx_compiled():
+        assert not {"AMX", "CPU_REPACK"} & set(devices), devices
+    elif "REPACK = 1" in system_info() and "AVX2 = 1" in system_info():
+        assert "CPU_REPACK" in devices, devices

@@ -42,6 +42,7 @@ def report(scan_library: bool = True) -> dict:
             "cpu_features": [f.split("=")[0].split(":")[-1].strip() for f in info["system_info"].split("|")
                              if f.strip().endswith("= 1")],
             "system_info": info["system_info"],
+            "extra_buffers_off": info["extra_buffers_off"],
         },
         "devices": [d.to_dict() for d in devs],
         "gpu_offload": {
@@ -71,8 +72,10 @@ def _text(r: dict) -> str:
         f"specdesk {r['specdesk']} on Python {r['python']}, {r['platform']}",
         f"llama.cpp: llama-cpp-python {lc['llama_cpp_python']}, backends {', '.join(lc['backends'])}",
         f"  CPU features: {' '.join(lc['cpu_features']) or '-'}",
-        "devices:",
     ]
+    if lc.get("extra_buffers_off"):
+        lines.append(f"  AMX: {lc['extra_buffers_off']}")
+    lines.append("devices:")
     for d in r["devices"]:
         if d.get("error"):
             lines.append(f"  {d['name']:<12} remote      unreachable: {d['error']}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import llama_cpp
 import llama_cpp.llama_cpp as _ll
 
-from .model import supports_gpu_offload, system_info
+from .model import amx_compiled, supports_gpu_offload, system_info
 
 
 def build_info() -> dict:
@@ -16,4 +16,8 @@ def build_info() -> dict:
         "library": str(lib) if lib else None,
         "gpu_offload": supports_gpu_offload(),
         "system_info": system_info().strip(),
+        # None: llama.cpp's extra weight buffers (AMX, CPU_REPACK) are on; else why they are off
+        "extra_buffers_off": ("this llama.cpp's AMX kernels can crash the process (0.3.36 loads a tile configuration "
+                              "half made of stack garbage), so its AMX and repacked weight buffers are off"
+                              if amx_compiled() else None),
     }

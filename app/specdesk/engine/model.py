@@ -22,7 +22,7 @@ from .rpc import gone
 from ..rules.vocab import VocabInfo
 
 __all__ = ["Buffer", "Model", "capture_buffers", "default_threads", "ensure_backend", "last_native_error",
-           "supports_gpu_offload", "system_info"]
+           "supports_gpu_offload", "system_info", "amx_compiled"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,24 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 
 
+def amx_compiled() -> bool:
+    """Whether this llama.cpp carries its AMX kernels (built on a CPU with Intel AMX,
+    Sapphire Rapids or later).
+
+    Their buffers are turned off at every load (``use_extra_bufts``): llama.cpp 0.3.36's
+    AMX matrix product loads a tile configuration (``ldtilecfg``) of which only the
+    first 32 of 64 bytes are set; the rest is whatever the stack held. Where that is
+    not zero the configuration is invalid and the CPU faults: on a 2-core Xeon VM here,
+    every batch of more than one token (a prompt, a verify) killed the process with
+    SIGSEGV, in SpecDesk and in llama-cpp-python's own ``Llama`` alike
+    (llama.cpp#20824 and dspy#10079 report the same crash, "machine-dependent"). A
+    probe of the tiles cannot tell, since the bytes are the stack's, so the buffers are
+    off wherever the code is in. llama.cpp has no switch for its AMX buffer alone, so
+    the CPU_REPACK one goes with it: the weights stay in the mapped file, computed by
+    the plain CPU kernels (AVX-512 there)."""
+    return "AMX_INT8 = 1" in system_info()
+
+
 def repack_types() -> frozenset[str]:
     """Quantizations this build repacks for the CPU (an extra copy in RAM).
 
@@ -64,7 +82,7 @@ def repack_types() -> frozenset[str]:
     Q4_0 and Q4_K matrices (and IQ4_NL) except token_embd; Q4_1, Q5_0, Q6_K and Q8_0
     stay as they are."""
     info = system_info()
-    if "REPACK = 1" not in info:
+    if "REPACK = 1" not in info or amx_compiled():  # extra buffers off: see amx_compiled
         return frozenset()
     if "AVX2 = 1" in info:
         return frozenset({"Q4_0", "Q4_K", "IQ4_NL"})
@@ -113,6 +131,8 @@ class Model:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        if amx_compiled():
+            params.use_extra_bufts = False  # llama.cpp's AMX kernels can crash: see amx_compiled
         if devices is not None:
             # the devices to offload to, NULL-terminated; an empty list keeps every layer on the CPU
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
