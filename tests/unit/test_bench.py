@@ -33,6 +33,14 @@ def test_bad_configs_are_one_clear_error(bad):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("bad", ["draft:k=2:k=3", "draft:k=4:auto", "hybrid:p_min=0.5:p-min=0.6", "ngram:history:history"])
+def test_an_option_given_twice_is_refused_not_the_last_kept(bad):
+    """draft:k=2:k=3 ran as k=3 without a word: the report then named a configuration
+    the user did not think they asked for."""
+    with pytest.raises(ConfigError, match="twice"):
+        parse_configs(bad)
+
+
 # -- schedule and aggregation -----------------------------------------------------------------
 
 def _suite(name, n):

@@ -67,7 +67,12 @@ def parse_config(item: str) -> BenchConfig:
         raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(PROPOSERS)}")
     k: int | str = "auto"
     p_min = 0.0
+    seen: dict[str, str] = {}  # option -> as written: one given twice (k=2:k=3) would keep the last silently
     for opt in parts[1:]:
+        key = "k" if opt == "auto" or opt.startswith("k=") else ("p_min" if opt.startswith(("p_min=", "p-min=")) else opt)
+        if key in seen:
+            raise ConfigError(f"config {item!r} gives {key} twice ({seen[key]} and {opt}): keep one")
+        seen[key] = opt
         if opt == "history":
             if proposer not in ("ngram", "ngram+history"):
                 raise ConfigError(

@@ -83,11 +83,13 @@ def main() -> int:
     vocab_only = "--vocab-only" in sys.argv[1:]
     llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
+    use_extra_bufts = b"AMX_INT8 = 1" not in llama_cpp.llama_print_system_info()
     for index, line in enumerate(sys.stdin):
         path = line.rstrip("\n")
         print(f"START {index}", flush=True)
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = vocab_only
+        params.use_extra_bufts = use_extra_bufts  # as SpecDesk's loader (specdesk.engine.model.amx_compiled)
         model = llama_cpp.llama_model_load_from_file(path.encode(), params)
         if model:
             llama_cpp.llama_model_free(model)

@@ -54,7 +54,12 @@ def main(path: str) -> int:
 
     llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
-    model = llama_cpp.llama_model_load_from_file(path.encode(), llama_cpp.llama_model_default_params())
+    mparams = llama_cpp.llama_model_default_params()
+    if b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info():
+        # as SpecDesk's loader (specdesk.engine.model.amx_compiled): llama.cpp's AMX
+        # kernels can crash on any batch, which would hide what the file itself does
+        mparams.use_extra_bufts = False
+    model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
     if not model:
         print("refuses", flush=True)
         return 0
