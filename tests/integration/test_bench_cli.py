@@ -119,6 +119,12 @@ def test_unwritable_output_directory_fails_before_any_model_work(smol_path, tmp_
     assert r.returncode == 2 and "--out needs a folder name" in r.stderr, r.stderr
     r = cli("bench", "--target", smol_path, "--configs", "none", "--seed", "-5", "--out", tmp_path / "o4", "--no-advisor")
     assert_one_line_error(r, "seed must be an integer >= 0")  # refused before the models load, not after
+    # a run that fails after the check (here the model) leaves no empty report folder behind
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 60)
+    r = cli("bench", "--target", bad, "--configs", "none", "--out", tmp_path / "o5" / "deep", "--no-advisor")
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o5").exists()
 
 
 def test_multi_turn_tasks_replay_the_chat_and_report_history_against_ngram(smol_path, tmp_path):

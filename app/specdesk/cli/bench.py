@@ -10,7 +10,7 @@ from pathlib import Path
 from ..bench.advisor import advise, calibrate
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
 from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
-from ..bench.report import check_writable, markdown, write_report
+from ..bench.report import check_writable, markdown, remove_if_empty, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
@@ -95,18 +95,22 @@ def cmd_bench(args) -> int:
     suites = load_suite(args.suite)
     options = ComparisonOptions(bench=bench_options(args, warmup=not args.no_warmup), advisor=not args.no_advisor)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    check_writable(out)  # fail before any model work when the report could not be written
+    created = check_writable(out)  # fail before any model work when the report could not be written
     need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
-    with load_session(args, need_draft) as s:
-        resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
-        if s.translated:
-            print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
-                  file=sys.stderr)
-        bar, progress = comparison_progress("bench")
-        with bar:
-            res = run_comparison(s, suites, configs, options, progress=progress)
-    result = res.to_dict()
-    paths = write_report(result, out)
+    try:
+        with load_session(args, need_draft) as s:
+            resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
+            if s.translated:
+                print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
+                      file=sys.stderr)
+            bar, progress = comparison_progress("bench")
+            with bar:
+                res = run_comparison(s, suites, configs, options, progress=progress)
+        result = res.to_dict()
+        paths = write_report(result, out)
+    except BaseException:  # Ctrl+C, a model that would not load: no empty report folder left behind
+        remove_if_empty(created)
+        raise
     print(markdown(result))
     print_comparison_notes(res)
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out}", file=sys.stderr)

@@ -30,7 +30,7 @@ from .markdown import markdown
 from .result import BASELINE, drift_of, validate
 
 __all__ = [
-    "BASELINE", "CSV_FIELDS", "FILE_NAMES", "acceptance_chart", "check_writable", "csv_text", "drift_of",
+    "BASELINE", "CSV_FIELDS", "FILE_NAMES", "acceptance_chart", "check_writable", "remove_if_empty", "csv_text", "drift_of",
     "markdown", "speedup_chart", "tokens_per_second_chart", "write_report",
 ]
 
@@ -84,10 +84,21 @@ def write_report(result: dict, out_dir: str | Path) -> list[Path]:
     return paths
 
 
-def check_writable(out_dir: str | Path) -> None:
+def check_writable(out_dir: str | Path) -> list[Path]:
     """Create ``out_dir`` if needed and make sure files can be written there; raise a
-    one-line SpecDeskError otherwise. The CLI calls it before any model work."""
-    _prepare_dir(Path(out_dir))
+    one-line SpecDeskError otherwise. The CLI calls it before any model work. Returns
+    the folders it created, outermost first (for ``remove_if_empty``)."""
+    return _prepare_dir(Path(out_dir))
+
+
+def remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders ``check_writable`` created, innermost first, where they are
+    still empty: a run that failed or was interrupted leaves no empty report folder."""
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:  # not empty, or gone: leave it
+            return
 
 
 def _prepare_dir(out: Path) -> list[Path]:
