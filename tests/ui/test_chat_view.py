@@ -233,3 +233,19 @@ def test_the_live_speed_chart_keeps_its_axes_until_the_answer_outgrows_them(qtbo
     p.update_stats(final, live=False)
     qtbot.waitUntil(lambda: vb.viewRange()[0][1] < 1.2 * p._xs[-1])  # the finished answer fills the chart
     p.close()
+
+
+def test_the_memory_group_shows_the_drafts_share_only_with_a_draft(qtbot):
+    """Target alone, the line with the draft's share was an empty gap in the group."""
+    from specdesk.system.memory import MemoryReport, ModelMemory
+
+    p = StatsPanel()
+    qtbot.addWidget(p)
+    p.show()
+    t = ModelMemory("target", "t.gguf", weights_bytes=900 << 20, kv_bytes=50 << 20, n_ctx=2048, n_gpu_layers=0)
+    d = ModelMemory("draft", "d.gguf", weights_bytes=90 << 20, kv_bytes=10 << 20, n_ctx=2048, n_gpu_layers=0)
+    p.set_memory(MemoryReport((t,), rss_bytes=1 << 30, gpus=(), gpu_status="no NVIDIA GPU"))
+    assert not p.mem_share.isVisible() and p.mem_draft.text() == "draft: none loaded"
+    p.set_memory(MemoryReport((t, d), rss_bytes=1 << 30, gpus=(), gpu_status="no NVIDIA GPU"))
+    assert p.mem_share.isVisible() and "the draft adds 100 MiB: 10% of the models' memory" in p.mem_share.text()
+    p.close()

@@ -487,6 +487,7 @@ class StatsPanel(QFrame):
         self.share.set_parts(parts)
         share = rep.draft_share
         self.mem_share.setText("" if share is None else f"the draft adds {format_bytes(d.total_bytes)}: {100 * share:.0f}% of the models' memory")
+        self.mem_share.setVisible(share is not None)  # no draft: no empty line in the group
         self.mem_rss.setText(f"process RSS: {format_bytes(rep.rss_bytes)}")
         if rep.gpus:
             g = rep.gpus[0]
