@@ -133,6 +133,7 @@ class Model:
         params.vocab_only = vocab_only
         if amx_compiled():
             params.use_extra_bufts = False  # llama.cpp's AMX kernels can crash: see amx_compiled
+            log.info("%s: llama.cpp's AMX and repacked weight buffers are off (its AMX kernels can crash)", self.path.name)
         if devices is not None:
             # the devices to offload to, NULL-terminated; an empty list keeps every layer on the CPU
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
