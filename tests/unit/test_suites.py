@@ -469,3 +469,41 @@ def test_a_fifo_or_a_device_as_a_suite_is_refused_not_read(tmp_path):
         with pytest.raises(SpecDeskError) as e:
             load_file(f)
         assert one_line_error(e) == f"cannot read {f}: not a regular file"
+
+
+def test_a_json_file_is_a_list_of_prompts_not_text(tmp_path):
+    """A .json suite was read as plain text: a list of three prompts became one prompt
+    of brackets and quotes, benchmarked without a word."""
+    f = tmp_path / "mine.json"
+    f.write_text('[\n  "Write a haiku.",\n  {"id": "sum", "prompt": "Sum a list in Python."},\n'
+                 '  {"turns": ["Write add(a, b).", "Add type hints."]}\n]\n')
+    (s,) = load_suite(str(f))
+    assert [p.id for p in s.prompts] == ["mine-1", "sum", "mine-3"]
+    assert s.prompts[0].text == "Write a haiku." and s.prompts[2].turns == ("Write add(a, b).", "Add type hints.")
+    g = tmp_path / "wrapped.json"
+    g.write_text(json.dumps({"prompts": ["One.", "Two."]}))
+    assert [p.text for p in load_suite(str(g))[0].prompts] == ["One.", "Two."]
+
+
+@pytest.mark.parametrize("content, needle", [
+    ('{"prompt": "one object"}', "expected a JSON list of prompts"),
+    ('["ok", 3]', "item 2: expected a JSON object, got int"),
+    ('["ok", ""]', "item 2: empty prompt"),
+    ('[{"id": "a", "prompt": "x"}, {"id": "a", "prompt": "y"}]', "item 2: duplicate id 'a' (first on item 1)"),
+    ('["unclosed', "not valid JSON"),
+    ("[]", "no prompts in"),
+])
+def test_a_bad_json_suite_is_one_line_naming_the_item(tmp_path, content, needle):
+    f = tmp_path / "bad.json"
+    f.write_text(content)
+    with pytest.raises(SuiteError) as e:
+        load_suite(str(f))
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".csv"])
+def test_data_formats_are_refused_not_read_as_text(tmp_path, suffix):
+    f = tmp_path / f"prompts{suffix}"
+    f.write_text("- prompt: Write a haiku.\n- prompt: Sum a list.\n")
+    with pytest.raises(SuiteError, match=f"a {suffix} file is not a prompt suite"):
+        load_suite(str(f))

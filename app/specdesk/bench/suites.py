@@ -9,6 +9,9 @@ app's chat does). Built-in suites are JSONL files (one {"id", "prompt", "note"} 
 - a ``.jsonl`` file: one JSON object a line with a "prompt" string or a "turns"
   list of strings (the user's messages, in order), and optionally "id" and "note"
   (ids default to ``<file stem>-<line number>``); blank lines are skipped;
+- a ``.json`` file: a list of such objects, or of prompt strings, or an object
+  whose "prompts" is that list (ids default to ``<file stem>-<item number>``);
+- a ``.yaml``, ``.csv`` and other data formats: refused, not read as text;
 - any other file, read as plain text: prompts separated by blank lines, so a prompt
   may span several lines. If the file contains a line that is exactly ``---``, then
   ``---`` lines are the only separators and prompts may contain blank lines (code,
@@ -150,66 +153,98 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _json_value(path: Path, where: str, raw: str):
+    """``raw`` parsed as JSON, or one SuiteError naming ``where`` (a line, or the file)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _err(f"{path}{where}: not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
+                   if not where else f"{path}{where}: not valid JSON: {exc.msg} (column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise _err(f"{path}{where}: not valid JSON: nested too deep") from exc
+    except ValueError as exc:  # Python's own limit: an integer of over 4300 digits
+        raise _err(f"{path}{where}: not valid JSON: a number too long to read") from exc
+
+
+def _prompt_from(path: Path, where: str, obj, default_id: str, name: str, seen: dict[str, str]) -> Prompt:
+    """One prompt or multi-turn task from a JSON value: an object with "prompt" or
+    "turns" (and optionally "id" and "note"), or, where ``where`` names an item of a
+    .json list, a plain string. ``where`` (" line 3", " item 2") goes into every error."""
+    if isinstance(obj, str) and " item " in where:
+        obj = {"prompt": obj}
+    if not isinstance(obj, dict):
+        raise _err(f"{path}{where}: expected a JSON object, got {type(obj).__name__}")
+    turns: tuple[str, ...] = ()
+    if "turns" in obj:
+        raw_turns = obj["turns"]
+        if "prompt" in obj:
+            raise _err(f'{path}{where}: give "prompt" or "turns", not both')
+        if not isinstance(raw_turns, list) or not raw_turns or not all(isinstance(t, str) for t in raw_turns):
+            raise _err(f'{path}{where}: "turns" must be a non-empty list of strings')
+        empty = next((i for i, t in enumerate(raw_turns, start=1) if not t.strip()), None)
+        if empty is not None:
+            raise _err(f"{path}{where}: turn {empty} is empty")
+        turns = tuple(t.strip() for t in raw_turns)
+        prompt = turns[0]
+        if len(turns) == 1:
+            turns = ()
+    else:
+        prompt = obj.get("prompt")
+        if not isinstance(prompt, str):
+            raise _err(f'{path}{where}: no "prompt" string (or "turns" list)')
+        if not prompt.strip():
+            raise _err(f"{path}{where}: empty prompt")
+    for t in (prompt, *turns):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's \ud800 escape: a lone surrogate, no tokenizer takes it
+            raise _err(f"{path}{where}: the prompt holds a lone surrogate (\\u{ord(t[exc.start]):04x}): "
+                       "not text") from exc
+    pid = obj.get("id", None)
+    if pid is None:
+        pid = default_id
+    elif isinstance(pid, int) and not isinstance(pid, bool):
+        pid = str(pid)
+    elif not isinstance(pid, str) or not pid.strip():
+        raise _err(f'{path}{where}: "id" must be a non-empty string')
+    pid = pid.strip()
+    note = obj.get("note", "")
+    if note is None:
+        note = ""
+    if not isinstance(note, str):
+        raise _err(f'{path}{where}: "note" must be a string')
+    if pid in seen:
+        raise _err(f"{path}{where}: duplicate id {pid!r} (first on{seen[pid]})")
+    seen[pid] = where
+    return Prompt(id=pid, text=prompt.strip(), suite=name, note=note.strip(), turns=turns)
+
+
 def _parse_jsonl(path: Path, text: str, name: str) -> list[Prompt]:
     prompts: list[Prompt] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for lineno, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _err(f"{path} line {lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from exc
-        except RecursionError as exc:
-            raise _err(f"{path} line {lineno}: not valid JSON: nested too deep") from exc
-        except ValueError as exc:  # Python's own limit: an integer of over 4300 digits
-            raise _err(f"{path} line {lineno}: not valid JSON: a number too long to read") from exc
-        if not isinstance(obj, dict):
-            raise _err(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-        turns: tuple[str, ...] = ()
-        if "turns" in obj:
-            raw_turns = obj["turns"]
-            if "prompt" in obj:
-                raise _err(f'{path} line {lineno}: give "prompt" or "turns", not both')
-            if not isinstance(raw_turns, list) or not raw_turns or not all(isinstance(t, str) for t in raw_turns):
-                raise _err(f'{path} line {lineno}: "turns" must be a non-empty list of strings')
-            empty = next((i for i, t in enumerate(raw_turns, start=1) if not t.strip()), None)
-            if empty is not None:
-                raise _err(f"{path} line {lineno}: turn {empty} is empty")
-            turns = tuple(t.strip() for t in raw_turns)
-            prompt = turns[0]
-            if len(turns) == 1:
-                turns = ()
-        else:
-            prompt = obj.get("prompt")
-            if not isinstance(prompt, str):
-                raise _err(f'{path} line {lineno}: no "prompt" string (or "turns" list)')
-            if not prompt.strip():
-                raise _err(f"{path} line {lineno}: empty prompt")
-        for t in (prompt, *turns):
-            try:
-                t.encode("utf-8")
-            except UnicodeEncodeError as exc:  # JSON's \ud800 escape: a lone surrogate, no tokenizer takes it
-                raise _err(f"{path} line {lineno}: the prompt holds a lone surrogate (\\u{ord(t[exc.start]):04x}): "
-                           "not text") from exc
-        pid = obj.get("id", None)
-        if pid is None:
-            pid = f"{name}-{lineno}"
-        elif isinstance(pid, int) and not isinstance(pid, bool):
-            pid = str(pid)
-        elif not isinstance(pid, str) or not pid.strip():
-            raise _err(f'{path} line {lineno}: "id" must be a non-empty string')
-        pid = pid.strip()
-        note = obj.get("note", "")
-        if note is None:
-            note = ""
-        if not isinstance(note, str):
-            raise _err(f'{path} line {lineno}: "note" must be a string')
-        if pid in seen:
-            raise _err(f"{path} line {lineno}: duplicate id {pid!r} (first on line {seen[pid]})")
-        seen[pid] = lineno
-        prompts.append(Prompt(id=pid, text=prompt.strip(), suite=name, note=note.strip(), turns=turns))
+        where = f" line {lineno}"
+        prompts.append(_prompt_from(path, where, _json_value(path, where, raw), f"{name}-{lineno}", name, seen))
     return prompts
+
+
+def _parse_json(path: Path, text: str, name: str) -> list[Prompt]:
+    """A .json file: a list of prompts (strings, or objects as a .jsonl line holds), or
+    an object whose "prompts" is such a list. Read as text before, a JSON list became
+    one prompt of brackets and quotes, benchmarked without a word."""
+    data = _json_value(path, "", text)
+    items = data.get("prompts") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise _err(f'{path}: expected a JSON list of prompts (or an object with a "prompts" list), '
+                   f"got {type(data).__name__}")
+    seen: dict[str, str] = {}
+    return [_prompt_from(path, f" item {i}", obj, f"{name}-{i}", name, seen) for i, obj in enumerate(items, start=1)]
+
+
+# Suites in these formats would be read as plain text, line by line: refused instead.
+_UNREAD_SUFFIXES = (".yaml", ".yml", ".csv", ".tsv", ".parquet", ".toml", ".xml", ".xlsx")
 
 
 def _parse_text(path: Path, text: str, name: str) -> list[Prompt]:
@@ -249,9 +284,15 @@ def load_file(path: Path, name: str | None = None) -> Suite:
     """A suite from a .jsonl file or a plain-text prompt file; its name is the stem."""
     path = Path(os.path.expanduser(str(path)))
     name = name or path.stem
+    suffix = path.suffix.lower()
+    if suffix in _UNREAD_SUFFIXES:
+        raise _err(f"{path}: a {suffix} file is not a prompt suite: use .jsonl (one JSON object a line), "
+                   ".json (a list of prompts) or plain text")
     text = _read_text(path)
-    if path.suffix.lower() == ".jsonl":
+    if suffix == ".jsonl":
         prompts = _parse_jsonl(path, text, name)
+    elif suffix == ".json":
+        prompts = _parse_json(path, text, name)
     else:
         prompts = _parse_text(path, text, name)
     if not prompts:

@@ -67,7 +67,7 @@ def add_parsers(sub) -> None:
     )
     add_model_options(b)
     g = b.add_argument_group("benchmark")
-    g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt/.jsonl file")
+    g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt, .jsonl or .json file")
     g.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help=f"comma-separated (default: {DEFAULT_CONFIGS}); also translated (a draft with another "
                    "vocabulary) and ngram+history (n-gram lookup over the earlier turns too)")

@@ -332,7 +332,7 @@ class CompareTab(QWidget):
     def _source_changed(self, _i: int) -> None:
         data = self.source.currentData()
         if data == "__file__":
-            path, _ = QFileDialog.getOpenFileName(self, "A prompt suite", str(Path.home()), "Prompt files (*.jsonl *.txt);;All files (*)")
+            path, _ = QFileDialog.getOpenFileName(self, "A prompt suite", str(Path.home()), "Prompt files (*.jsonl *.json *.txt);;All files (*)")
             if path:
                 self._suite_file = path
                 self.source.setItemText(self.source.currentIndex(), f"file: {Path(path).name}")
