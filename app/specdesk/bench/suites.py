@@ -102,7 +102,7 @@ _DESCRIPTIONS: dict[str, str] = {
 ALL = "all"
 _SEPARATOR = "---"
 MAX_SUITE_BYTES = 64 << 20  # a prompt file of 64 MiB is millions of prompts: beyond it, a wrong file
-_PATH_SUFFIXES = (".jsonl", ".txt", ".json", ".md", ".prompts")
+_PATH_SUFFIXES = (".jsonl", ".txt", ".json", ".md", ".prompts", ".yaml", ".yml", ".csv")
 
 _PKG_DIR = Path(__file__).resolve().parent.parent  # app/specdesk
 
@@ -334,7 +334,7 @@ def _looks_like_path(spec: str) -> bool:
 
 def _unknown(spec: str) -> SuiteError:
     known = ", ".join((*BUILTIN, ALL))
-    return _err(f"unknown suite {spec!r}: known suites are {known}; a path to a .jsonl or .txt prompt file is also accepted")
+    return _err(f"unknown suite {spec!r}: known suites are {known}; a path to a .jsonl, .json or .txt prompt file is also accepted")
 
 
 def _load_one(spec: str) -> list[Suite]:
