@@ -138,6 +138,23 @@ def test_a_server_that_hangs_up_on_the_handshake_is_named(capsys):
 
 
 @needs_rpc
+def test_a_server_that_fails_after_the_handshake_is_named():
+    """A server that answers SpecDesk's handshake and then closes on llama.cpp's first
+    command: llama.cpp aborts while registering its devices. The line named no server
+    ("RPC server ? stopped answering mid-generation") before. In a subprocess: the
+    abort hook ends the process."""
+    ok = struct.pack("<Q", 4 + 24) + bytes([*engine_rpc.PROTOCOL, 0]) + bytes(24)
+    srv = _fake_server(lambda c: c.sendall(ok))  # then closes, whatever comes next
+    ep = f"127.0.0.1:{srv.getsockname()[1]}"
+    try:
+        r = cli("doctor", "--no-scan", "--rpc", ep, timeout=120)
+    finally:
+        srv.close()
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert f"RPC server {ep} stopped answering while its devices were being registered" in one_line(r.stderr)
+
+
+@needs_rpc
 def test_a_silent_server_times_out_instead_of_hanging(capsys):
     srv = socket.create_server(("127.0.0.1", 0))  # listens, never accepts: the handshake gets no answer
     ep = f"127.0.0.1:{srv.getsockname()[1]}"

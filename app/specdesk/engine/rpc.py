@@ -220,11 +220,17 @@ def _install_abort_hook() -> None:
             if "RPC" not in text and "connect" not in text:
                 print(text, file=sys.stderr, flush=True)  # not ours: ggml's own behaviour (then abort)
                 return
-            named = [ep for ep in _registered if ep in text]  # "Failed to connect to host:port"
-            dead = named or [ep for ep in _registered if not _connection_open(ep)] or list(_registered)
-            eps = ", ".join(dead) or "?"
-            msg = (f"RPC server {eps} stopped answering mid-generation (it was stopped, crashed, or the network "
-                   "dropped); the target's layers on it are gone: restart the server and load the model again")
+            joining = _registering[0]
+            if joining is not None:  # it answered our handshake, then failed llama.cpp's own
+                dead = [joining]
+                msg = (f"RPC server {joining} stopped answering while its devices were being registered (it was "
+                       "stopped, or it is not a working llama.cpp RPC server of this version): restart it and try again")
+            else:
+                named = [ep for ep in _registered if ep in text]  # "Failed to connect to host:port"
+                dead = named or [ep for ep in _registered if not _connection_open(ep)] or list(_registered)
+                eps = ", ".join(dead) or "?"
+                msg = (f"RPC server {eps} stopped answering mid-generation (it was stopped, crashed, or the network "
+                       "dropped); the target's layers on it are gone: restart the server and load the model again")
             log.info("llama.cpp aborted: %s", text)  # --verbose shows it
             for ep in dead:
                 _lost[ep] = msg
@@ -251,6 +257,7 @@ def _install_abort_hook() -> None:
 # -- registering servers ------------------------------------------------------------
 
 _registered: dict[str, ctypes.c_void_p] = {}  # endpoint -> its backend reg
+_registering: list[str | None] = [None]  # the endpoint whose devices llama.cpp is asking for, if any
 _sockets: dict[str, int] = {}  # endpoint -> the fd of llama.cpp's connection, once seen
 
 
@@ -275,7 +282,11 @@ def register(endpoints: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> list
         version = probe(ep, timeout)
         with _lock:
             if ep not in _registered:
-                reg = lib.ggml_backend_rpc_add_server(ep.encode("utf-8"))
+                _registering[0] = ep  # a server that fails now is named by the abort hook
+                try:
+                    reg = lib.ggml_backend_rpc_add_server(ep.encode("utf-8"))
+                finally:
+                    _registering[0] = None
                 if not reg:
                     raise RpcError(f"RPC server {ep} offers no devices")
                 lib.ggml_backend_register(reg)
