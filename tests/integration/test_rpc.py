@@ -78,6 +78,8 @@ def test_doctor_reports_whether_rpc_is_built_in(monkeypatch, capsys):
     ("nohost", "must be host:port"),
     ("host:notaport", "port must be a number"),
     ("host:70000", "port must be a number"),
+    ("[::1]:50052", "takes no IPv6 address"),  # said "must be host:port" before, which it is
+    ("fe80::1:50052", "takes no IPv6 address"),
 ])
 def test_a_malformed_endpoint_is_one_line(text, needle, smol_path, capsys):
     rc, err = in_process(capsys, "generate", "--target", smol_path, "--rpc", text, "--prompt", "hi")

@@ -77,6 +77,9 @@ def require() -> None:
 def parse_endpoint(text: str) -> str:
     """``host:port`` as llama.cpp parses it (the first colon splits; no IPv6 literals)."""
     t = text.strip()
+    if t.startswith("[") or t.count(":") > 1:  # [::1]:50052, fe80::1:50052
+        raise RpcError(f"RPC server {text!r}: llama.cpp's RPC client takes no IPv6 address; "
+                       "give an IPv4 address or a host name, e.g. 192.168.1.20:50052")
     host, sep, port = t.partition(":")
     if not sep or not host or any(c.isspace() for c in host) or ":" in port:
         raise RpcError(f"RPC server {text!r} must be host:port, e.g. 192.168.1.20:{DEFAULT_PORT}")
