@@ -166,11 +166,12 @@ def _json_value(path: Path, where: str, raw: str):
         raise _err(f"{path}{where}: not valid JSON: a number too long to read") from exc
 
 
-def _prompt_from(path: Path, where: str, obj, default_id: str, name: str, seen: dict[str, str]) -> Prompt:
+def _prompt_from(path: Path, where: str, obj, default_id: str, name: str, seen: dict[str, str],
+                 strings: bool = False) -> Prompt:
     """One prompt or multi-turn task from a JSON value: an object with "prompt" or
-    "turns" (and optionally "id" and "note"), or, where ``where`` names an item of a
-    .json list, a plain string. ``where`` (" line 3", " item 2") goes into every error."""
-    if isinstance(obj, str) and " item " in where:
+    "turns" (and optionally "id" and "note"), or, with ``strings`` (an item of a .json
+    list), a plain string. ``where`` (" line 3", " item 2") goes into every error."""
+    if strings and isinstance(obj, str):
         obj = {"prompt": obj}
     if not isinstance(obj, dict):
         raise _err(f"{path}{where}: expected a JSON object, got {type(obj).__name__}")
@@ -240,7 +241,8 @@ def _parse_json(path: Path, text: str, name: str) -> list[Prompt]:
         raise _err(f'{path}: expected a JSON list of prompts (or an object with a "prompts" list), '
                    f"got {type(data).__name__}")
     seen: dict[str, str] = {}
-    return [_prompt_from(path, f" item {i}", obj, f"{name}-{i}", name, seen) for i, obj in enumerate(items, start=1)]
+    return [_prompt_from(path, f" item {i}", obj, f"{name}-{i}", name, seen, strings=True)
+            for i, obj in enumerate(items, start=1)]
 
 
 # Suites in these formats would be read as plain text, line by line: refused instead.
