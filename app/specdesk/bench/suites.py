@@ -237,6 +237,10 @@ def _parse_json(path: Path, text: str, name: str) -> list[Prompt]:
     one prompt of brackets and quotes, benchmarked without a word."""
     data = _json_value(path, "", text)
     items = data.get("prompts") if isinstance(data, dict) else data
+    if isinstance(data, dict) and not isinstance(items, list):
+        got = (f'its "prompts" is {type(items).__name__ if items is not None else "null"}' if "prompts" in data
+               else 'it is an object with no "prompts"')
+        raise _err(f'{path}: expected a JSON list of prompts or an object with a "prompts" list; {got}')
     if not isinstance(items, list):
         raise _err(f'{path}: expected a JSON list of prompts (or an object with a "prompts" list), '
                    f"got {type(data).__name__}")
