@@ -6,6 +6,7 @@ This package is the only code in SpecDesk that imports llama_cpp.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", "replace")
 
 
+@functools.cache  # the build is fixed for the process: asked at every load and memory estimate
 def amx_compiled() -> bool:
     """Whether this llama.cpp carries its AMX kernels (built on a CPU with Intel AMX,
     Sapphire Rapids or later).
