@@ -141,8 +141,10 @@ def test_stop_between_the_chunks_of_a_long_prompt(smol):
 _BATCH_PROBE = """
 import sys
 from specdesk.engine.context import Context
+from pathlib import Path
 from specdesk.engine.model import Model
-m = Model(sys.argv[1])
+from specdesk.session.core import weights_to_repack
+m = Model(sys.argv[1], repack=weights_to_repack(Path(sys.argv[1]), 0))
 ctx = Context(m, n_ctx=512, threads=2)
 row = ctx.prefill(m.tokenize("def fibonacci(n):\\n    '''Return the n-th Fibonacci number.'''\\n" * 4))
 print(" ".join(sorted({b.device for b in m.buffers if b.kind == "model"})))
@@ -157,7 +159,8 @@ def test_a_batch_of_many_tokens_decodes_on_any_build(qwen_draft_path):
     killed the process (SIGSEGV) before the loader turned llama.cpp's extra buffers off
     there. In a subprocess, so that a crash fails this test rather than the run. Where
     the build has no AMX code, the repacked copy of Q4_K weights (a faster layout on
-    AVX2) must stay: the fix must not cost other machines their repacking."""
+    AVX2) must stay: the fix must not cost other machines their repacking; on an AMX
+    build the session names those weights for it (61 ms a Qwen 1.5B step against 79)."""
     import subprocess
     import sys
 
@@ -168,6 +171,7 @@ def test_a_batch_of_many_tokens_decodes_on_any_build(qwen_draft_path):
     assert p.returncode == 0, f"the prompt's batch killed the process ({p.returncode}): {p.stderr[-2000:]}"
     devices = p.stdout.split("\n")[0].split()
     if amx_compiled():
-        assert not {"AMX", "CPU_REPACK"} & set(devices), devices
-    elif "REPACK = 1" in system_info() and "AVX2 = 1" in system_info():
+        assert "AMX" not in devices, devices
+    if "REPACK = 1" in system_info() and "AVX2 = 1" in system_info():
+        # there by llama.cpp's own choice, or (AMX builds) by name, as the session loads
         assert "CPU_REPACK" in devices, devices

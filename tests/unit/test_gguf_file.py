@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gguf import GGUFValueType as VT
 
 from specdesk.errors import ModelFileError
@@ -676,6 +679,36 @@ def test_memory_estimate_counts_the_cpu_repacked_copy(tmp_path):
     assert offloaded["repack_bytes"] == 0
 
 
+def test_the_weights_named_for_repacking_stay_on_the_cpu_and_are_matrix_weights():
+    """Where llama.cpp's extra buffers are off (an AMX build) the loader names the
+    weights for CPU_REPACK itself, and llama.cpp takes a named buffer without asking:
+    a name that is not a matrix product's weight of a repacked type would break the
+    model, and one in an offloaded layer would pull it back to the CPU."""
+    from specdesk.library.defaults import default_models
+    from specdesk.library.gguf.estimate import layer_of, repacked_tensors
+
+    path = default_models(["target"])[0].path
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `specdesk models fetch-default` first")
+    g = validate_gguf(path)
+    types = {t.name: t.type_name for t in g.tensors}
+    n_layer = max(layer_of(t.name) or 0 for t in g.tensors) + 1
+    names = repacked_tensors(g, {"Q4_K"}, 0)
+    assert names and {types[n] for n in names} == {"Q4_K"}
+    assert not any(n.startswith("token_embd") or not n.endswith(".weight") for n in names)
+    # every Q4_K matrix the model has, and the bytes the memory estimate counts
+    assert set(names) == {t.name for t in g.tensors if t.type_name == "Q4_K" and len(t.shape) == 2
+                          and not t.name.startswith("token_embd")}
+    size = {t.name: t.n_bytes for t in g.tensors}
+    assert sum(size[n] for n in names) == estimate_memory(g, n_ctx=1024, repack_types={"Q4_K"})["repack_bytes"]
+    # four layers offloaded: none of them, nor the output layer, is named
+    some = repacked_tensors(g, {"Q4_K"}, 4)
+    assert some and all(layer_of(n) is not None and layer_of(n) < n_layer - 4 for n in some)
+    assert set(some) < set(names)
+    assert repacked_tensors(g, {"Q4_K"}, -1) == [] and repacked_tensors(g, (), 0) == []
+    assert repacked_tensors(g, {"Q6_K"}, 0) and all(types[n] == "Q6_K" for n in repacked_tensors(g, {"Q6_K"}, 0))
+
+
 # --------------------------------------------------------------------------------------
 # Issue 11: duplicate tokens as llama.cpp sees them, recurrent architectures
 # --------------------------------------------------------------------------------------
@@ -735,3 +768,20 @@ def test_recurrent_architectures_are_refused(tmp_path, tiny, arch, kind):
     )
     assert validate_gguf(path, allow_recurrent=True).architecture == arch  # otherwise a sound file
     assert inspect_gguf(path)["architecture"] == arch
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.tuples(st.integers(0, 40), st.sampled_from(["attn_q", "attn_k", "ffn_up", "ffn_down"]))),
+       st.booleans())
+def test_the_repack_patterns_match_exactly_the_weights_named(chosen, with_output):
+    """The loader hands llama.cpp one regex per tensor kind (it compiles each pattern
+    again for every tensor); those must match the names asked for and no other: a
+    stray match would send a weight llama.cpp cannot repack to CPU_REPACK."""
+    from specdesk.engine.model import name_patterns
+
+    names = [f"blk.{i}.{kind}.weight" for i, kind in sorted(chosen)] + (["output.weight"] * with_output)
+    universe = [f"blk.{i}.{k}.{w}" for i in range(45) for k in ("attn_q", "attn_k", "ffn_up", "ffn_down", "attn_q_norm")
+                for w in ("weight", "bias")] + ["output.weight", "output_norm.weight", "token_embd.weight"]
+    patterns = name_patterns(names)
+    assert len(patterns) <= 5
+    assert [n for n in universe if any(re.search(p, n) for p in patterns)] == [n for n in universe if n in names]

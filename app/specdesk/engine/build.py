@@ -18,6 +18,6 @@ def build_info() -> dict:
         "system_info": system_info().strip(),
         # None: llama.cpp's extra weight buffers (AMX, CPU_REPACK) are on; else why they are off
         "extra_buffers_off": ("this llama.cpp's AMX kernels can crash the process (0.3.36 loads a tile configuration "
-                              "half made of stack garbage), so its AMX and repacked weight buffers are off"
-                              if amx_compiled() else None),
+                              "half made of stack garbage), so its AMX buffer is off; the weights it would repack "
+                              "are sent to CPU_REPACK by name" if amx_compiled() else None),
     }

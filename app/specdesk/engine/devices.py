@@ -43,6 +43,8 @@ def _bind() -> None:
             ("ggml_backend_reg_name", ctypes.c_char_p, [vp]),
             ("ggml_backend_reg_count", sz, []),
             ("ggml_backend_reg_get", vp, [sz]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
+            ("ggml_backend_buft_name", ctypes.c_char_p, [vp]),
         ):
             f = getattr(lib, name)
             f.restype = res
@@ -151,3 +153,30 @@ def backends() -> list[str]:
     _bind()
     lib = libggml
     return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))) for i in range(int(lib.ggml_backend_reg_count()))]
+
+
+_ExtraBufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+def cpu_extra_buffer_types() -> dict[str, int]:
+    """The CPU device's extra weight buffer types by name (``CPU_REPACK``, ``AMX``):
+    ggml-cpu's ``ggml_backend_dev_get_extra_bufts``, a NULL-terminated list."""
+    ensure_backend()
+    _bind()
+    lib = libggml
+    for i in range(int(lib.ggml_backend_dev_count())):
+        dev = lib.ggml_backend_dev_get(i)
+        if not dev or int(lib.ggml_backend_dev_type(dev)) != 0:  # the CPU device
+            continue
+        reg = lib.ggml_backend_dev_backend_reg(dev)
+        fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts") if reg else None
+        if not fn:
+            return {}
+        arr = _ExtraBufts(fn)(dev)
+        out: dict[str, int] = {}
+        j = 0
+        while arr and arr[j]:
+            out[_text(lib.ggml_backend_buft_name(arr[j]))] = int(arr[j])
+            j += 1
+        return out
+    return {}

@@ -19,12 +19,13 @@ from ..chat.worker import render_bounded, shared_renderer
 from ..engine.context import Context
 from ..engine.devices import handles
 from ..system.memory import MemoryReport, ModelMemory, gpu_memory, report
-from ..engine.model import Model
+from ..engine.model import Model, amx_compiled, repack_types
 from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..fmt import format_bytes
 from ..library.gguf import estimate_memory, validate_gguf
+from ..library.gguf.estimate import repacked_tensors
 from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
 from ..speculative.costmodel import CostModel
@@ -129,17 +130,29 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
         placement = remote.local_placement()  # once servers are registered, a model without any stays local
         if placement is not None:
             placement = replace(placement, n_gpu_layers=spec.n_gpu_layers)
+    ngl = spec.n_gpu_layers if placement is None else placement.n_gpu_layers
+    repack = weights_to_repack(spec.path, ngl)
     if placement is None:
-        model = Model(spec.path, n_gpu_layers=spec.n_gpu_layers, progress=cb)
+        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, repack=repack)
     else:
-        model = Model(spec.path, n_gpu_layers=placement.n_gpu_layers, progress=cb, devices=None if placement.device_names is None else handles(placement.device_names),
-                      tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints)
+        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, devices=None if placement.device_names is None else handles(placement.device_names),
+                      tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints,
+                      repack=repack)
     try:
         ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
     except BaseException:
         model.close()
         raise
     return LoadedModel(role, spec, model, ctx)
+
+
+def weights_to_repack(path: Path, n_gpu_layers: int) -> list[str]:
+    """The weights to name for llama.cpp's CPU_REPACK buffer: only where this build's
+    extra buffers are off (an AMX build, :func:`specdesk.engine.model.amx_compiled`);
+    elsewhere llama.cpp picks them itself."""
+    if not amx_compiled():
+        return []
+    return repacked_tensors(validate_gguf(path), repack_types(), n_gpu_layers)
 
 
 def plan_target(spec: ModelSpec) -> remote.Placement | None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ...rules.kv import head_dims, kv_bytes_per_layer
 from .arrays import GGUFArray, StringArray
-from .header import GGUFFile
+from .header import GGUFFile, TensorInfo
 from .rules import K
 from .spec import LLAMA_MAX_LAYERS
 
@@ -17,6 +17,41 @@ _BLK_RE = re.compile(r"^blk\.([0-9]+)\.")
 def layer_of(name: str) -> int | None:
     m = _BLK_RE.match(name)
     return int(m.group(1)) if m else None
+
+
+# The matrix products' weights (attention and feed-forward, the output layer): the
+# only tensors sent to CPU_REPACK by name, since llama.cpp takes an override's buffer
+# without asking whether the op each tensor feeds can read that layout.
+_MATMUL_RE = re.compile(r"^(?:blk\.[0-9]+\.(?:attn_(?:q|k|v|qkv|output)|ffn_(?:gate|up|down))|output)\.weight$")
+
+
+def repackable(t: TensorInfo, types: Collection[str]) -> bool:
+    """Whether llama.cpp keeps a repacked copy of ``t`` where its CPU repacks ``types``:
+    a 2-D matrix-product weight of such a type, its rows a multiple of 8 (the
+    interleaved 8x8 layouts); never token_embd (a row lookup)."""
+    return (t.type_name in types and len(t.shape) == 2 and t.shape[1] % 8 == 0
+            and _MATMUL_RE.match(t.name) is not None)
+
+
+def repacked_tensors(g: GGUFFile, types: Collection[str], n_gpu_layers: int) -> list[str]:
+    """The tensors to send to llama.cpp's CPU_REPACK buffer by name, where its extra
+    buffers are off (``specdesk.engine.model.amx_compiled``): every :func:`repackable`
+    one in a layer that surely stays on the CPU. With layers offloaded, only blocks
+    below ``n_layer - n_gpu_layers`` and never the output layer, so that no override
+    pulls an offloaded weight back to the CPU (llama.cpp versions count the output
+    layer among the offloaded ones differently); a negative count offloads all."""
+    if n_gpu_layers < 0 or not types:
+        return []
+    shape_layers = _Shape(g).n_layer
+    out = []
+    for t in g.tensors:
+        if not repackable(t, types):
+            continue
+        layer = layer_of(t.name)
+        on_cpu = layer < shape_layers - n_gpu_layers if layer is not None else n_gpu_layers == 0
+        if on_cpu:
+            out.append(t.name)
+    return out
 
 
 def md_int(g: GGUFFile, key: str) -> int | None:
@@ -50,8 +85,9 @@ def estimate_memory(
     * Repacked weights: on CPUs where llama.cpp repacks some quantizations into an
       interleaved layout for faster matrix products (``repack_types``, e.g. Q4_0 and
       Q4_K with AVX2; see ``specdesk.engine.model.repack_types``), it keeps a second,
-      repacked copy of every such 2-D weight that stays on the CPU (token_embd is
-      not repacked). The mapped file stays resident too, so this is extra RAM.
+      repacked copy of every such matrix-product weight that stays on the CPU
+      (:func:`repackable`; token_embd is not repacked). The mapped file stays resident
+      too, so this is extra RAM.
 
     * Weights: the sum of the tensors' sizes. Like llama.cpp, the last ``n_gpu_layers``
       layers (``blk.i`` with ``i >= n_layer - n_gpu_layers``) go to the GPU; the output
@@ -110,7 +146,7 @@ class _Shape:
                                              md_int(g, self.key(K.Attention.VALUE_LENGTH)))
 
 
-def _weights(g: GGUFFile, n_layer: int, ngl: int, repackable: set[str]) -> tuple[int, int, int]:
+def _weights(g: GGUFFile, n_layer: int, ngl: int, types: set[str]) -> tuple[int, int, int]:
     """Weight bytes in RAM and in VRAM, and the repacked copies in RAM."""
     first_gpu_layer = n_layer - ngl
     output_on_gpu = ngl > n_layer
@@ -129,7 +165,7 @@ def _weights(g: GGUFFile, n_layer: int, ngl: int, repackable: set[str]) -> tuple
             w_vram += t.n_bytes
         else:
             w_ram += t.n_bytes
-            if t.type_name in repackable and len(t.shape) == 2 and not t.name.startswith("token_embd"):
+            if repackable(t, types):
                 repack += t.n_bytes
     if output_on_gpu and g.tensor("output.weight") is None:
         w_vram += embd_bytes  # tied embeddings: the output layer gets its own copy
