@@ -148,8 +148,13 @@ def test_models_drafts_lists_translated_candidates(smol_path, qwen_target_path, 
 
 
 def test_prompt_longer_than_context(smol_args):
-    r = cli("generate", *smol_args[:-4], "--ctx", "64", "--prompt", "word " * 200)
-    assert_one_line_error(r, "context")
+    r = cli("generate", *smol_args[:-4], "--ctx", "64", "--prompt", "word " * 300)
+    # the size that holds, and why it is not the one asked for
+    assert_one_line_error(r, "context holds 256", "rounds the 64 asked for up")
+    r = cli("generate", *smol_args[:-4], "--ctx", "256", "--prompt", "word " * 300)
+    assert_one_line_error(r, "context holds 256;")
+    r = cli("generate", *smol_args[:-4], "--ctx", "300", "--prompt", "word " * 200, "--max-tokens", "400")
+    assert_one_line_error(r, "max tokens 400", "> 512 (llama.cpp rounds the 300 asked for up")
 
 
 def test_max_tokens_past_context(smol_args):

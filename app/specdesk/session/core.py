@@ -354,11 +354,16 @@ class Session:
 
     def check_fits(self, prompt: Sequence[int], max_tokens: int) -> None:
         n_ctx = self.target.ctx.n_ctx
+        asked = self.target.spec.n_ctx
+        # llama.cpp pads a context to a multiple of 256 tokens: the size in a message
+        # is the one that holds, and says so where it is not the one asked for
+        why = f" (llama.cpp rounds the {asked} asked for up to a multiple of 256)" if asked != n_ctx else ""
         if len(prompt) >= n_ctx:
-            raise ContextOverflowError(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; raise --ctx or shorten it")
+            raise ContextOverflowError(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}{why}; "
+                                       "raise --ctx or shorten it")
         if len(prompt) + max_tokens > n_ctx:
             raise ContextOverflowError(
-                f"max tokens {max_tokens} runs past the context: prompt {len(prompt)} + {max_tokens} > {n_ctx}; "
+                f"max tokens {max_tokens} runs past the context: prompt {len(prompt)} + {max_tokens} > {n_ctx}{why}; "
                 f"lower max tokens to {n_ctx - len(prompt)} or raise the context size"
             )
 
