@@ -75,7 +75,7 @@ def amx_compiled() -> bool:
     off wherever the code is in. llama.cpp has no switch for its AMX buffer alone, so
     the loader sends the weights CPU_REPACK takes there by name
     (``tensor_buft_overrides``, :meth:`Model.__init__`'s ``repack``): on that VM a
-    Qwen 1.5B Q4_K_M step took 61 ms so against 79 ms in the mapped file."""
+    Qwen 1.5B Q4_K_M step took 61 ms against 79 ms in the mapped file."""
     return "AMX_INT8 = 1" in system_info()
 
 
