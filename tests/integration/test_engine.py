@@ -175,3 +175,26 @@ def test_a_batch_of_many_tokens_decodes_on_any_build(qwen_draft_path):
     if "REPACK = 1" in system_info() and "AVX2 = 1" in system_info():
         # there by llama.cpp's own choice, or (AMX builds) by name, as the session loads
         assert "CPU_REPACK" in devices, devices
+
+
+def test_the_repacked_copy_the_estimate_counts_is_the_one_llama_cpp_makes(qwen_target_path):
+    """The memory estimate's repacked bytes and the CPU_REPACK buffer llama.cpp
+    allocates for a model loaded as the session loads it: equal, where llama.cpp picks
+    the weights itself and where (an AMX build) the loader names them."""
+    from pathlib import Path
+
+    from specdesk.engine.model import Model, repack_types
+    from specdesk.library.gguf import estimate_memory, validate_gguf
+    from specdesk.session.core import weights_to_repack
+
+    path = Path(qwen_target_path)
+    m = Model(path, repack=weights_to_repack(path, 0))
+    try:
+        made = sum(b.bytes for b in m.buffers if b.kind == "model" and b.device == "CPU_REPACK")
+    finally:
+        m.close()
+    counted = estimate_memory(validate_gguf(path), n_ctx=1024, repack_types=repack_types())["repack_bytes"]
+    # llama.cpp rounds a buffer's size as it prints it (MiB with two decimals)
+    assert abs(made - counted) <= 2**20 * 0.01, (made, counted)
+    if "Q4_K" in repack_types():
+        assert made > 300 * 2**20  # the 1.5B's Q4_K matrices: about 600 MiB
