@@ -178,13 +178,19 @@ def rpc_server():
     p = subprocess.Popen([PY, "-m", "specdesk", "rpc-server", "--port", str(port), "--threads", "1"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = []
+    # llama.cpp's own banner goes to the same stdout from the server's thread, so the
+    # ready line need not begin a line; a server that never says it is killed, which
+    # ends the loop (it once waited here for ever)
+    watchdog = threading.Timer(120, p.kill)
+    watchdog.start()
     for line in p.stdout:
         out.append(line)
-        if line.startswith("ready:"):
+        if "ready: on the client" in line:
             break
     else:
         p.kill()
         pytest.fail("rpc-server did not start: " + "".join(out) + p.stderr.read())
+    watchdog.cancel()
     # keep draining its output so llama.cpp's prints never block the server
     threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
     p.endpoint = f"127.0.0.1:{port}"
