@@ -391,7 +391,7 @@ class _Role:
         self.ctx = ctx
         ctx.threads = 2
         self.model = SimpleNamespace(n_vocab=ctx.n_vocab, kv_bytes_per_token=lambda: 28 * 1024.0)
-        self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0)
+        self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0, n_ctx=ctx.n_ctx)
         self.nbytes = nbytes
 
 
