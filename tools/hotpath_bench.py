@@ -487,7 +487,12 @@ def floor_check(args) -> int:
     - engine: ``Context.eval`` with the argmax as its ``fn`` (the engine's bookkeeping),
       and the text;
     - loop: ``Session.generate`` with proposer none and auto (the decode loop's records,
-      statistics, controller and Step: what the main table measures as target alone)."""
+      statistics, controller and Step: what the main table measures as target alone);
+    - loop, bookkeeping stubbed: the same with the controller's ``observe``, the
+      statistics' snapshot per Step (``Stats.copy``) and the decision's counting made
+      no-ops (the answer is the same): loop less this is what that bookkeeping costs,
+      and this less engine what the loop's shape costs (the generator, the records,
+      the Step, the session around it)."""
     import codecs
 
     import llama_cpp
@@ -544,7 +549,22 @@ def floor_check(args) -> int:
         wall = time.perf_counter() - t0
         return 1e3 * (wall - (native() - n0)) / n
 
-    def loop() -> float:
+    def loop(stubbed: bool = False) -> float:
+        if stubbed:
+            from specdesk.speculative import controller as controller_mod
+            from specdesk.speculative import stats as stats_mod
+
+            saved = [(controller_mod.AutoK, "observe"), (controller_mod.FixedK, "observe"),
+                     (stats_mod.Stats, "copy"), (stats_mod.Stats, "record_decision")]
+            saved = [(cls, name, cls.__dict__[name]) for cls, name in saved]
+            controller_mod.AutoK.observe = controller_mod.FixedK.observe = lambda self, cost: None
+            stats_mod.Stats.copy = lambda self: self
+            stats_mod.Stats.record_decision = lambda self, key, text: None
+            try:
+                return loop()
+            finally:
+                for cls, name, f in saved:
+                    setattr(cls, name, f)
         session.reset()
         config = GenerationConfig(proposer="none", k="auto", max_tokens=n + 1)
         steps, t0, n0 = 0, 0.0, 0.0
@@ -557,7 +577,8 @@ def floor_check(args) -> int:
 
     depths = {"raw, timed inline": lambda: by_hand("inline"), "raw": lambda: by_hand("raw"),
               "raw + text": lambda: by_hand("text"),
-              "engine": lambda: by_hand("engine"), "loop": loop}
+              "engine": lambda: by_hand("engine"), "loop": loop,
+              "loop, bookkeeping stubbed": lambda: loop(stubbed=True)}
     out: dict[str, list[float]] = {name: [] for name in depths}
     for f in depths.values():  # a warm-up of each, not counted
         f()
@@ -567,10 +588,14 @@ def floor_check(args) -> int:
     print(f"target alone on {Path(args.target).name}, {args.threads} thread(s), {n} tokens, {args.floor} answers a depth, "
           f"interleaved (load {os.getloadavg()[0]:.1f}): Python per step, ms, median [min-max]")
     for name, xs in out.items():
-        print(f"  {name:<18} {_med(xs)}")
+        print(f"  {name:<26} {_med(xs)}")
     wrapper = statistics.median(out["raw"]) - statistics.median(out["raw, timed inline"])
     print(f"  the tool's own wrapper around llama_decode and llama_get_logits, per step (raw less timed inline): "
           f"{wrapper:.3f} ms, in every overhead figure of the main table")
+    med = {name: statistics.median(xs) for name, xs in out.items()}
+    print(f"  the loop's bookkeeping (controller observe, statistics snapshot, decision counts), per step (loop less "
+          f"stubbed): {med['loop'] - med['loop, bookkeeping stubbed']:.3f} ms; the loop's shape beyond the engine "
+          f"(stubbed less engine): {med['loop, bookkeeping stubbed'] - med['engine']:.3f} ms")
     return 0
 
 
@@ -747,8 +772,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: compare the in-place argmax with llama.cpp's backend greedy sampler, PAIRS pairs a size, "
                          "and p-min's softmax in NumPy with a backend dist chain's probabilities")
     ap.add_argument("--floor", type=int, metavar="ANSWERS", default=0,
-                    help="instead: target alone's Python per step at four depths of the loop (raw llama_decode and "
-                         "argmax, + the text, the engine, the whole loop), ANSWERS answers each, interleaved")
+                    help="instead: target alone's Python per step at several depths of the loop (raw llama_decode and "
+                         "argmax, + the text, the engine, the whole loop, the loop with its bookkeeping stubbed), "
+                         "ANSWERS answers each, interleaved")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.configs = [c for c in args.configs.split(",") if c]
