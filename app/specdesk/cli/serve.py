@@ -7,8 +7,9 @@ import signal
 import sys
 
 from ..errors import SpecDeskError
+from ..server import REQUEST_TIMEOUT_S
 from ..server.queue import GenerationQueue
-from .args import add_model_options, add_sampling_options, config_from_args, int_at_least, load_session
+from .args import add_model_options, add_sampling_options, config_from_args, float_in, int_at_least, load_session
 
 API_KEY_ENV = "SPECDESK_API_KEY"
 DEFAULT_PORT = 8080
@@ -31,6 +32,11 @@ def add_parser(sub) -> None:
                    help=f"requests that may wait while one generates; beyond them 503 with Retry-After (default {DEFAULT_QUEUE})")
     n.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser pages from ORIGIN (e.g. http://localhost:3000; repeat for more, * for any)")
+    n.add_argument("--request-timeout", type=float_in("request timeout", 0.0, None, lo_open=True),
+                   default=REQUEST_TIMEOUT_S, metavar="SECONDS",
+                   help=f"a client must send each request whole (headers and body) within this; past it 408 and the "
+                        f"connection closes, so stalled or idle clients hold no connection (default "
+                        f"{REQUEST_TIMEOUT_S:g}; answers are not timed)")
 
 
 def cmd_serve(args) -> int:
@@ -58,7 +64,7 @@ def cmd_serve(args) -> int:
                 queue.cancel_all(reason="the server stopped")
 
             try:
-                serve_forever(app, sock, stopping)
+                serve_forever(app, sock, stopping, request_timeout=args.request_timeout)
             finally:
                 stopping()
                 queue.wait_idle(30)  # each generation ends within a step; then the models are freed

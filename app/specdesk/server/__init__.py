@@ -9,7 +9,11 @@
 - ``generation``: one admitted request, run on its own thread and read by the handler;
 - ``metrics``: ``/metrics`` with prometheus_client;
 - ``guard``: the API key, the body size limit and per-status counts, as ASGI middleware;
-- ``app``: the FastAPI app factory; ``runner``: uvicorn, in the foreground or a thread.
+- ``app``: the FastAPI app factory; ``runner``: uvicorn, in the foreground or a thread;
+- ``deadline``: uvicorn's HTTP/1.1 protocol with a deadline for reading each request.
 
-Only ``queue`` may be imported without FastAPI installed.
+Only ``queue`` (and this package, with its defaults) may be imported without FastAPI installed.
 """
+
+#: Seconds a client has to send a whole request, headers and body (``specdesk serve --request-timeout``).
+REQUEST_TIMEOUT_S = 60.0

@@ -14,6 +14,8 @@ import threading
 import uvicorn
 
 from ..errors import SpecDeskError
+from . import REQUEST_TIMEOUT_S
+from .deadline import deadline_protocol
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +64,26 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _config(app) -> uvicorn.Config:
-    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio", http="h11",
-                          timeout_graceful_shutdown=GRACE_S, server_header=False)
+def _config(app, request_timeout: float) -> uvicorn.Config:
+    # h11, with a deadline for reading each request (uvicorn has none: see deadline.py)
+    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
+                          http=deadline_protocol(request_timeout), timeout_graceful_shutdown=GRACE_S, server_header=False)
 
 
-def serve_forever(app, sock: socket.socket, on_exit) -> None:
+def serve_forever(app, sock: socket.socket, on_exit, request_timeout: float = REQUEST_TIMEOUT_S) -> None:
     """Serve on this thread until Ctrl+C (or SIGTERM): then ``on_exit()``, and return."""
-    server = _Server(_config(app), on_exit)
+    server = _Server(_config(app, request_timeout), on_exit)
     server.run(sockets=[sock])
 
 
 class ServerThread:
     """The server on a background thread: ``start()``, then ``stop()`` from any thread."""
 
-    def __init__(self, app, sock: socket.socket, on_exit) -> None:
+    def __init__(self, app, sock: socket.socket, on_exit, request_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.sock = sock
         self.url = endpoint(sock)
         self._on_exit = on_exit
-        self._server = _Server(_config(app), on_exit)
+        self._server = _Server(_config(app, request_timeout), on_exit)
         self._thread = threading.Thread(target=self._run, name="specdesk-serve", daemon=True)
         self.error: str | None = None
 

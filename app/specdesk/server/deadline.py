@@ -1,0 +1,89 @@
+"""A deadline for reading each request, which uvicorn's HTTP/1.1 protocol lacks.
+
+uvicorn (0.54, h11) closes a keep-alive connection left idle after a response, but a
+connection that never sends a request, or sends half of one (headers without their
+blank line, a body shorter than its Content-Length), stays open for ever: a client that
+stalled, or one that opens connections to hold them (slowloris), until the process
+runs out of file descriptors. llama-server has the same rule (its ``--timeout``).
+
+Here each request must arrive whole, headers and body, within ``timeout`` seconds of
+its first byte (on a new connection: of the connection's opening). A client past it
+gets ``408 Request Timeout`` with an error in OpenAI's format, and the connection
+closes; one that never sent a byte is closed without a word (as a keep-alive
+connection is). Answers are not timed: a generation takes as long as it takes, and a
+client that stops reading one is handled by the server itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from . import REQUEST_TIMEOUT_S
+from .errors import error_body
+
+_READING = (h11.IDLE, h11.SEND_BODY)  # the client's states while a request is still arriving
+
+
+def timeout_response(timeout: float) -> bytes:
+    """The 408 sent to a client whose request did not arrive in time (written to the
+    socket as is: h11 cannot answer a request whose headers never ended)."""
+    body = json.dumps(error_body(
+        f"the request did not arrive whole within {timeout:g} s (headers and body): the connection is closed",
+        code="request_timeout")).encode()
+    head = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return head + body
+
+
+class DeadlineH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline per request (``timeout``, seconds)."""
+
+    timeout: float = REQUEST_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.transport.is_closing():
+            self._disarm()
+        elif self.conn.their_state in _READING:
+            if self._deadline is None:  # the first bytes of a request on a kept-alive connection
+                self._arm()
+        else:  # the request is whole (or the connection is done with): the answer is not timed
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._deadline = self.loop.call_later(self.timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing() or self.conn.their_state not in _READING:
+            return
+        # bytes of a request arrived (in h11's buffer, or its headers already parsed): say why it is closed
+        started = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
+        if started and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.write(timeout_response(self.timeout))
+        self.transport.close()  # the app, if it was reading the body, sees the client gone
+
+
+def deadline_protocol(timeout: float) -> type[DeadlineH11Protocol]:
+    """The protocol class for uvicorn's ``http=`` with this deadline."""
+    if not timeout > 0:
+        raise ValueError(f"the request timeout must be positive, got {timeout}")
+    return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"timeout": float(timeout)})
