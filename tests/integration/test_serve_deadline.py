@@ -123,6 +123,32 @@ def test_an_answer_longer_than_the_deadline_is_not_cut(server):
     assert "1" in text, text
 
 
+def _timeouts_counted(server) -> dict[str, float]:
+    r = server.get("/metrics")
+    assert r.status == 200, r.text
+    out = {}
+    for line in r.text.splitlines():
+        if line.startswith("specdesk_http_requests_total{") and 'status="408"' in line:
+            path = line.split('path="', 1)[1].split('"', 1)[0]
+            out[path] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_timeouts_are_counted_in_metrics(server):
+    """A 408 is written below the app, which never sees the request: /metrics still
+    counts it, by path where the headers had arrived."""
+    before = _timeouts_counted(server)
+    with connect(server) as sock:
+        sock.sendall(b"GET /hea")
+        assert_408(read_until_closed(sock))
+    with connect(server) as sock:
+        sock.sendall(chat_request(b'{"messa', content_length=100))
+        assert_408(read_until_closed(sock))
+    after = _timeouts_counted(server)
+    assert after.get("other", 0) == before.get("other", 0) + 1, (before, after)
+    assert after.get("/v1/chat/completions", 0) == before.get("/v1/chat/completions", 0) + 1, (before, after)
+
+
 def test_the_server_still_answers_after_the_timeouts(server):
     r = server.get("/health")
     assert r.status == 200, r.text

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Callable
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import REQUEST_TIMEOUT_S
 from .errors import error_body
+from .guard import ROUTES
 
 _READING = (h11.IDLE, h11.SEND_BODY)  # the client's states while a request is still arriving
 
@@ -43,6 +45,8 @@ class DeadlineH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline per request (``timeout``, seconds)."""
 
     timeout: float = REQUEST_TIMEOUT_S
+    #: Called with the path (or "other", as /metrics labels it) and 408 for each request timed out.
+    count: Callable[[str, int], None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -79,11 +83,16 @@ class DeadlineH11Protocol(H11Protocol):
         started = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
         if started and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self.transport.write(timeout_response(self.timeout))
+            if self.count is not None:
+                path = self.scope.get("path", "") if self.conn.their_state is h11.SEND_BODY and self.scope else ""
+                self.count(path if path in ROUTES else "other", 408)
         self.transport.close()  # the app, if it was reading the body, sees the client gone
 
 
-def deadline_protocol(timeout: float) -> type[DeadlineH11Protocol]:
-    """The protocol class for uvicorn's ``http=`` with this deadline."""
+def deadline_protocol(timeout: float, count: Callable[[str, int], None] | None = None) -> type[DeadlineH11Protocol]:
+    """The protocol class for uvicorn's ``http=`` with this deadline; ``count`` (the
+    app's per-status response counter) hears of every 408, which the app never sees."""
     if not timeout > 0:
         raise ValueError(f"the request timeout must be positive, got {timeout}")
-    return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"timeout": float(timeout)})
+    return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"timeout": float(timeout), "count": staticmethod(count)
+                                                                if count is not None else None})

@@ -65,9 +65,12 @@ class _Server(uvicorn.Server):
 
 
 def _config(app, request_timeout: float) -> uvicorn.Config:
-    # h11, with a deadline for reading each request (uvicorn has none: see deadline.py)
+    # h11, with a deadline for reading each request (uvicorn has none: see deadline.py); its 408s
+    # count in /metrics with the app's own responses
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    protocol = deadline_protocol(request_timeout, count=metrics.response if metrics is not None else None)
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
-                          http=deadline_protocol(request_timeout), timeout_graceful_shutdown=GRACE_S, server_header=False)
+                          http=protocol, timeout_graceful_shutdown=GRACE_S, server_header=False)
 
 
 def serve_forever(app, sock: socket.socket, on_exit, request_timeout: float = REQUEST_TIMEOUT_S) -> None:
