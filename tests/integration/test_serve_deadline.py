@@ -1,7 +1,8 @@
 """``specdesk serve --request-timeout``: a client that sends half a request, or none,
 gets a 408 (or, having sent nothing, a closed connection) once the deadline passes,
 instead of holding a connection for ever; requests that arrive in time, and answers
-that take longer than the deadline, are untouched. Over real sockets, against the real
+that take longer than the deadline, are untouched; and what is not HTTP/1.1 at all gets
+a 400 in OpenAI's format, as every other refusal. Over real sockets, against the real
 server on SmolLM2."""
 
 from __future__ import annotations
@@ -124,14 +125,7 @@ def test_an_answer_longer_than_the_deadline_is_not_cut(server):
 
 
 def _timeouts_counted(server) -> dict[str, float]:
-    r = server.get("/metrics")
-    assert r.status == 200, r.text
-    out = {}
-    for line in r.text.splitlines():
-        if line.startswith("specdesk_http_requests_total{") and 'status="408"' in line:
-            path = line.split('path="', 1)[1].split('"', 1)[0]
-            out[path] = float(line.rsplit(" ", 1)[1])
-    return out
+    return {path: n for (path, status), n in _status_counts(server).items() if status == "408"}
 
 
 def test_timeouts_are_counted_in_metrics(server):
@@ -147,6 +141,41 @@ def test_timeouts_are_counted_in_metrics(server):
     after = _timeouts_counted(server)
     assert after.get("other", 0) == before.get("other", 0) + 1, (before, after)
     assert after.get("/v1/chat/completions", 0) == before.get("/v1/chat/completions", 0) + 1, (before, after)
+
+
+def _status_counts(server) -> dict[tuple[str, str], float]:
+    r = server.get("/metrics")
+    assert r.status == 200, r.text
+    out = {}
+    for line in r.text.splitlines():
+        if line.startswith("specdesk_http_requests_total{"):
+            path = line.split('path="', 1)[1].split('"', 1)[0]
+            status = line.split('status="', 1)[1].split('"', 1)[0]
+            out[(path, status)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.mark.parametrize("what, raw", [
+    ("a request line that is not HTTP", b"HELLO THERE\r\n\r\n"),
+    ("a header line without a colon", b"GET /health HTTP/1.1\r\nHost: x\r\nnot a header\r\n\r\n"),
+    # h11 holds at most 16 KiB of a header block still unfinished (a whole one read at once may be longer)
+    ("headers over 16 KiB, unfinished", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000),
+    ("a Content-Length that is not a number", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n"),
+])
+def test_a_request_that_is_not_http_gets_one_json_error(server, what, raw):
+    """What h11 cannot parse is refused like every other bad request: a 400 in
+    OpenAI's format with a line a person can act on (uvicorn's own was plain text,
+    "Invalid HTTP request received."), counted in /metrics, the connection closed."""
+    before = _status_counts(server).get(("other", "400"), 0)
+    with connect(server) as sock:
+        sock.sendall(raw)
+        reply = read_until_closed(sock)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), (what, reply[:300])
+    assert b"application/json" in head.lower() and b"connection: close" in head.lower()
+    err = json.loads(body)["error"]
+    assert err["code"] == "bad_http" and "not valid HTTP/1.1" in err["message"] and "16 KiB" in err["message"], err
+    assert _status_counts(server).get(("other", "400"), 0) == before + 1
 
 
 def test_the_server_still_answers_after_the_timeouts(server):

@@ -1,4 +1,5 @@
-"""A deadline for reading each request, which uvicorn's HTTP/1.1 protocol lacks.
+"""A deadline for reading each request, which uvicorn's HTTP/1.1 protocol lacks; and
+a request that is not HTTP/1.1 refused in OpenAI's error format, as every other one.
 
 uvicorn (0.54, h11) closes a keep-alive connection left idle after a response, but a
 connection that never sends a request, or sends half of one (headers without their
@@ -21,6 +22,7 @@ import json
 from typing import Callable
 
 import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # as uvicorn's protocol takes it
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import REQUEST_TIMEOUT_S
@@ -28,6 +30,11 @@ from .errors import error_body
 from .guard import ROUTES
 
 _READING = (h11.IDLE, h11.SEND_BODY)  # the client's states while a request is still arriving
+
+
+#: What a request that is not HTTP/1.1 gets (uvicorn's own words: "Invalid HTTP request received.", in plain text).
+BAD_HTTP = ("the request is not valid HTTP/1.1: a malformed request line or header, or headers over "
+            f"{DEFAULT_MAX_INCOMPLETE_EVENT_SIZE // 1024} KiB")
 
 
 def timeout_response(timeout: float) -> bytes:
@@ -62,6 +69,23 @@ class DeadlineH11Protocol(H11Protocol):
                 self._arm()
         else:  # the request is whole (or the connection is done with): the answer is not timed
             self._disarm()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse: 400 in OpenAI's error format, like every other
+        refusal, counted in /metrics, and the connection closed."""
+        body = json.dumps(error_body(BAD_HTTP, code="bad_http")).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        try:
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # a response was under way (a bad request pipelined behind it): just close
+            pass
+        else:
+            if self.count is not None:
+                self.count("other", 400)
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
