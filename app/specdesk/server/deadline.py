@@ -37,14 +37,12 @@ BAD_HTTP = ("the request is not valid HTTP/1.1: a malformed request line or head
             f"{DEFAULT_MAX_INCOMPLETE_EVENT_SIZE // 1024} KiB")
 
 
-def timeout_response(timeout: float) -> bytes:
-    """The 408 sent to a client whose request did not arrive in time (written to the
-    socket as is: h11 cannot answer a request whose headers never ended)."""
-    body = json.dumps(error_body(
-        f"the request did not arrive whole within {timeout:g} s (headers and body): the connection is closed",
-        code="request_timeout")).encode()
-    head = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+def error_response(status: int, reason: bytes, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 error response in OpenAI's format that closes the connection,
+    as bytes for the socket: h11 cannot answer a request whose headers never ended."""
+    body = json.dumps(error_body(message, code=code)).encode()
+    head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, reason, len(body)))
     return head + body
 
 
@@ -52,7 +50,7 @@ class DeadlineH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline per request (``timeout``, seconds)."""
 
     timeout: float = REQUEST_TIMEOUT_S
-    #: Called with the path (or "other", as /metrics labels it) and 408 for each request timed out.
+    #: Called with the path (or "other", as /metrics labels it) and the status of each refusal made here (408, 400).
     count: Callable[[str, int], None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -72,20 +70,8 @@ class DeadlineH11Protocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """A request h11 cannot parse: 400 in OpenAI's error format, like every other
-        refusal, counted in /metrics, and the connection closed."""
-        body = json.dumps(error_body(BAD_HTTP, code="bad_http")).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]
-        try:
-            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
-                          h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
-        except h11.LocalProtocolError:  # a response was under way (a bad request pipelined behind it): just close
-            pass
-        else:
-            if self.count is not None:
-                self.count("other", 400)
-        self.transport.close()
+        refusal (uvicorn's own was plain text), counted in /metrics."""
+        self._refuse(400, b"Bad Request", BAD_HTTP, "bad_http", "other")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -104,18 +90,27 @@ class DeadlineH11Protocol(H11Protocol):
         if self.transport.is_closing() or self.conn.their_state not in _READING:
             return
         # bytes of a request arrived (in h11's buffer, or its headers already parsed): say why it is closed
-        started = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
-        if started and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            self.transport.write(timeout_response(self.timeout))
+        if self.conn.their_state is h11.SEND_BODY or self.conn.trailing_data[0]:
+            path = self.scope.get("path", "") if self.conn.their_state is h11.SEND_BODY and self.scope else ""
+            self._refuse(408, b"Request Timeout", f"the request did not arrive whole within {self.timeout:g} s "
+                         "(headers and body): the connection is closed", "request_timeout", path)
+        else:
+            self.transport.close()
+
+    def _refuse(self, status: int, reason: bytes, message: str, code: str, path: str) -> None:
+        """Answer ``status`` and close, counted in /metrics under ``path``; only close
+        where a response to an earlier request is already under way (a bad request
+        pipelined behind it), which the bytes would corrupt."""
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.write(error_response(status, reason, message, code))
             if self.count is not None:
-                path = self.scope.get("path", "") if self.conn.their_state is h11.SEND_BODY and self.scope else ""
-                self.count(path if path in ROUTES else "other", 408)
+                self.count(path if path in ROUTES else "other", status)
         self.transport.close()  # the app, if it was reading the body, sees the client gone
 
 
 def deadline_protocol(timeout: float, count: Callable[[str, int], None] | None = None) -> type[DeadlineH11Protocol]:
     """The protocol class for uvicorn's ``http=`` with this deadline; ``count`` (the
-    app's per-status response counter) hears of every 408, which the app never sees."""
+    app's per-status response counter) hears of every 408 and 400 made here, which the app never sees."""
     if not timeout > 0:
         raise ValueError(f"the request timeout must be positive, got {timeout}")
     return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"timeout": float(timeout), "count": staticmethod(count)
