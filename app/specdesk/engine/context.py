@@ -83,7 +83,14 @@ class Context:
             b.seq_id[i][0] = 0
         self._nseq[:] = 1
         self.history: list[int] = []
-        self.native_seconds = 0.0
+        # Seconds in llama_decode (``launch``: on a GPU only the host's part, building
+        # the graph and launching its kernels) and in the llama_synchronize after it
+        # (``wait``: the device's work still running; about 0 on a CPU). A decode on a
+        # GPU returns before the device is done, and the wait would otherwise happen in
+        # the first read of the logits and be counted as Python.
+        self.launch_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.native_seconds = 0.0  # the two together: what the model's compute cost
         # Bytes of logits copied out of llama.cpp into numpy arrays, ever (what the hot
         # path must keep at zero where it needs no full row).
         self.logits_bytes_copied = 0
@@ -93,8 +100,14 @@ class Context:
         # and buffers): that first batch cost 1.2-1.8x the shape's later ones here (the
         # 1.5B target, 3 tokens: 116 ms, then 66-72). Whether the last decode was such a
         # first, so that auto does not time a one-off as the shape's cost.
-        self._shapes: set[tuple[int, bool]] = set()
+        self._shapes: set[tuple[int, int]] = set()
         self.last_batch_first = False
+        # llama.cpp reuses the last graph only for a batch of the same shape (tokens and
+        # rows of logits asked for; see llama_context::process_ubatch); each change
+        # builds and allocates the graph again, and on CUDA re-captures its CUDA graph:
+        # milliseconds of host time on a GPU. How many decodes changed the shape.
+        self._last_shape: tuple[int, int] = (0, 0)
+        self.shape_changes = 0
 
     # -- protocol ------------------------------------------------------------------
 
@@ -179,7 +192,13 @@ class Context:
         self._batch.n_tokens = m
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
-        self.native_seconds += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        if rc == 0:
+            llama_cpp.llama_synchronize(self._ctx)  # the device's wait, timed as the model's
+        t2 = time.perf_counter()
+        self.launch_seconds += t1 - t0
+        self.wait_seconds += t2 - t1
+        self.native_seconds += t2 - t0
         if rc != 0:
             # llama.cpp leaves the memory as it was before a failed decode.
             if rc == 1:
@@ -187,10 +206,13 @@ class Context:
             raise SpecDeskError(f"llama_decode failed with code {rc}")
         self.history.extend(map(int, tokens))
         self.evaluated += m
-        shape = (m, all_rows)
+        shape = (m, m if all_rows else int(last_row))
         self.last_batch_first = first = shape not in self._shapes
         if first:
             self._shapes.add(shape)
+        if shape != self._last_shape:
+            self.shape_changes += self._last_shape[0] > 0
+            self._last_shape = shape
 
     def _view(self, n_out: int) -> np.ndarray:
         """The last decode's ``n_out`` logits rows, read-only, where llama.cpp keeps

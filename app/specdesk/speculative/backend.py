@@ -42,6 +42,11 @@ class Backend(Protocol):
     # False where a backend has no such cost.
     last_batch_first: bool
 
+    # How many evals changed the batch's shape (its tokens, or the rows of logits asked
+    # for) from the one before: each makes llama.cpp build its graph again, which costs
+    # milliseconds on a GPU. A loop in its steady state keeps this from growing.
+    shape_changes: int
+
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
                 fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:
         """Make the context hold exactly ``tokens``, evaluating only what follows the
