@@ -5,7 +5,9 @@
 A request is validated (pydantic, strict), its prompt rendered and tokenized off the
 event loop, checked against the context, and only then admitted to the queue, so a
 bad request never takes a place in line; beyond the queue's capacity it gets a 503
-with ``Retry-After``. Every error is one line in OpenAI's error format.
+with ``Retry-After``. Every error is one line in OpenAI's error format; an
+unexpected one says only that it happened (the cause, which may name files, goes to
+the server's log).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field, replace
 
 from fastapi import FastAPI, Request
@@ -46,6 +49,8 @@ from .validation import validation_error
 
 log = logging.getLogger(__name__)
 
+#: What a client is told of an error nobody foresaw (its cause goes to the server's log).
+UNEXPECTED = "unexpected error: the server could not answer this request (its log says why)"
 #: A client that is gone is noticed this often while its non-streamed answer is made.
 DISCONNECT_POLL_S = 0.25
 #: Bytes of request body allowed per token of context (a token is a few bytes of text;
@@ -80,12 +85,21 @@ def client_label(request: Request) -> str:
     return f"{host} · {ua}" if ua else host
 
 
+def _file_time(session: Session) -> int:
+    """The model file's time, read once: the file may move or go while it is served."""
+    try:
+        return int(session.target.spec.path.stat().st_mtime)
+    except OSError:
+        return int(time.time())
+
+
 def create_app(session: Session, queue: GenerationQueue, options: ServeOptions | None = None) -> FastAPI:
     opts = options or ServeOptions()
     metrics = Metrics(queue)
     n_ctx = session.target.ctx.n_ctx
     served = model_id(session)
     draft_name = session.draft.name if session.draft is not None else None
+    created = _file_time(session)
     app = FastAPI(title="SpecDesk", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.session, app.state.queue, app.state.metrics, app.state.options = session, queue, metrics, opts
     _install_error_handlers(app)
@@ -99,7 +113,7 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
     async def models():
         d = opts.defaults
         return {"object": "list", "data": [{
-            "id": served, "object": "model", "created": int(session.target.spec.path.stat().st_mtime), "owned_by": "specdesk",
+            "id": served, "object": "model", "created": created, "owned_by": "specdesk",
             "meta": {"target": session.target.name, "draft": draft_name, "proposer": d.proposer, "k": d.k,
                      "translated": session.translated, "n_ctx": n_ctx},
         }]}
@@ -159,9 +173,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(msg), status_code=e.status_code, headers=e.headers)  # a 405's Allow
 
     @app.exception_handler(Exception)
-    async def unexpected(_request, e: Exception):
-        log.exception("unexpected error")
-        return JSONResponse(error_body(f"unexpected error: {type(e).__name__}: {e}", "server_error"), status_code=500)
+    async def unexpected(request: Request, e: Exception):
+        # its text may name files or the machine: the log has it, the client is told only that it happened
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
+        return JSONResponse(error_body(UNEXPECTED, "server_error"), status_code=500)
 
 
 def _check_model(name: str | None, served: str) -> None:

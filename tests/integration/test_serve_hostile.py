@@ -1,0 +1,170 @@
+"""The server as a hostile web page, a careless user and a racing unload find it
+(issue 42, server side), on SmolLM2 over real sockets. The server runs in this
+process exactly as the app's Serve switch starts it (``runner.bind``,
+``app.create_app``, ``runner.ServerThread``); ``specdesk serve`` runs the same code
+(its own checks: test_serve_faults.py).
+
+- ``/v1/models`` once the model file has gone, and an unexpected error: no 500 with a
+  path, no exception text;
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import openai
+import pytest
+
+KEY = "hostile-key"
+MAX = 4
+
+
+@pytest.fixture(scope="module")
+def session(smol_path):
+    """SmolLM2 as target and as its own draft (the proposer that reads the draft's context)."""
+    from specdesk.session import ModelSpec, Session
+
+    s = Session.load(ModelSpec(smol_path, n_ctx=512, threads=1), ModelSpec(smol_path, n_ctx=512, threads=1),
+                     remember_costs=False)
+    yield s
+    s.close()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Local:
+    url: str
+    port: int
+    queue: object
+    key: str | None
+
+    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None,
+                key: bool = True) -> Reply:
+        """One request with the standard library's client; ``headers`` may set Host."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        h = {"Authorization": f"Bearer {self.key}"} if key and self.key else {}
+        h.update(headers or {})
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=data, headers=h)
+            r = conn.getresponse()
+            return Reply(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        finally:
+            conn.close()
+
+    def client(self, source: str | None = None) -> openai.OpenAI:
+        """The openai SDK, connecting from ``source`` (another loopback address: another client)."""
+        kw = {}
+        if source is not None:
+            import httpx2  # the openai SDK's HTTP client
+
+            kw["http_client"] = openai.DefaultHttpxClient(transport=httpx2.HTTPTransport(local_address=source))
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.key or "none", max_retries=0, timeout=300, **kw)
+
+
+@contextlib.contextmanager
+def serving(session, key: str | None = KEY, **options):
+    """The server on a thread, as the app's Serve switch runs it."""
+    from specdesk.server.app import ServeOptions, create_app
+    from specdesk.server.queue import GenerationQueue
+    from specdesk.server.runner import ServerThread, bind
+    from specdesk.session import GenerationConfig
+
+    sock = bind("127.0.0.1", 0)
+    queue = GenerationQueue(4)
+    defaults = GenerationConfig(proposer="draft", k=2, max_tokens=MAX)
+    app = create_app(session, queue, ServeOptions(defaults=defaults, default_max_tokens=MAX, api_key=key, **options))
+    server = ServerThread(app, sock, on_exit=queue.cancel_all)
+    server.start()
+    end = time.monotonic() + 60
+    while not server.started:  # uvicorn says so by a flag only (the app waits the same way)
+        assert server.alive and time.monotonic() < end, server.error
+        time.sleep(0.01)
+    try:
+        yield Local(server.url, sock.getsockname()[1], queue, key)
+    finally:
+        assert server.stop()
+
+
+@pytest.fixture(scope="module")
+def local(session):
+    with serving(session) as s:
+        yield s
+
+
+def one_error(reply: Reply, status: int, code: str | None = None, *needles: str) -> dict:
+    assert reply.status == status, (reply.status, reply.body[:300])
+    assert reply.headers["content-type"] == "application/json"
+    err = reply.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    msg = err["message"]
+    assert msg and "\n" not in msg and "Traceback" not in msg, msg
+    if code is not None:
+        assert err["code"] == code, err
+    for n in needles:
+        assert n in msg, msg
+    return err
+
+
+def counted(local: Local, path: str, status: int) -> float:
+    text = local.request("GET", "/metrics").body.decode()
+    want = f'specdesk_http_requests_total{{path="{path}",status="{status}"}} '
+    return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(want)), 0.0)
+
+
+def chat(content: str = "Say hello.", max_tokens: int = MAX) -> dict:
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0}
+
+
+# -- 5. /v1/models once the file has gone; the catch-all says nothing of the cause ----------------------------------
+
+
+def test_models_answers_once_the_model_file_has_gone(smol_path, tmp_path):
+    from specdesk.session import ModelSpec, Session
+
+    link = tmp_path / "secret-folder" / "moved-away.gguf"
+    link.parent.mkdir()
+    os.symlink(smol_path, link)
+    with Session.load(ModelSpec(link, n_ctx=256, threads=1), remember_costs=False) as s, serving(s) as local:
+        first = local.request("GET", "/v1/models").json()["data"][0]
+        link.unlink()  # the file was moved or deleted while served
+        r = local.request("GET", "/v1/models")
+        assert r.status == 200, r.body
+        assert r.json()["data"][0] == first  # the same answer: what it needs was read at load
+        assert b"secret-folder" not in r.body
+
+
+def test_an_unexpected_error_tells_the_client_nothing_of_its_cause(session, monkeypatch, caplog):
+    secret = "/home/someone/private/models/x.gguf"
+
+    def broken(*_a, **_k):
+        raise RuntimeError(f"cannot open {secret}")
+
+    with serving(session) as local:
+        monkeypatch.setattr(session, "chat_prompt", broken)  # in the handler's own path
+        err = one_error(local.request("POST", "/v1/chat/completions", chat()), 500, None)
+        assert secret not in err["message"] and "RuntimeError" not in err["message"], err
+        monkeypatch.undo()
+        monkeypatch.setattr(session, "make_controller", broken)  # in the generation's thread
+        err = one_error(local.request("POST", "/v1/chat/completions", chat()), 500, None)
+        assert secret not in err["message"] and "RuntimeError" not in err["message"], err
+        monkeypatch.undo()
+        assert local.request("POST", "/v1/chat/completions", chat()).status == 200  # and it still serves
+    assert secret in caplog.text  # the cause is in the server's log
