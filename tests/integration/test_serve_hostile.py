@@ -6,6 +6,7 @@ process exactly as the app's Serve switch starts it (``runner.bind``,
 
 - ``/v1/models`` once the model file has gone, and an unexpected error: no 500 with a
   path, no exception text;
+- ``/health`` without the key says only that the server is up;
 """
 
 from __future__ import annotations
@@ -168,3 +169,21 @@ def test_an_unexpected_error_tells_the_client_nothing_of_its_cause(session, monk
         monkeypatch.undo()
         assert local.request("POST", "/v1/chat/completions", chat()).status == 200  # and it still serves
     assert secret in caplog.text  # the cause is in the server's log
+
+
+# -- 6. /health: liveness for anyone, details for the key -----------------------------------------------------------
+
+
+def test_health_without_the_key_says_only_that_the_server_is_up(local):
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        r = local.request("GET", "/health", headers=headers, key=False)
+        assert r.status == 200 and r.json() == {"status": "ok"}, r.body
+    assert local.request("HEAD", "/health", key=False).status == 200
+    h = local.request("GET", "/health").json()  # with the key: the model and the queue
+    assert h["status"] == "ok" and h["model"] == "SmolLM2-135M-Instruct.Q4_1" and h["capacity"] == 4
+
+
+def test_health_without_a_key_configured_says_everything(session):
+    with serving(session, key=None) as local:
+        h = local.request("GET", "/health").json()
+        assert h["model"] == "SmolLM2-135M-Instruct.Q4_1" and h["queued"] == 0

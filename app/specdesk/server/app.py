@@ -105,7 +105,9 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
     _install_error_handlers(app)
 
     @app.api_route("/health", methods=["GET", "HEAD"])  # health checkers ask with HEAD too
-    async def health():
+    async def health(request: Request):
+        if not getattr(request.state, "authorized", False):  # no key needed to learn it is up, but no more
+            return {"status": "ok"}
         return {"status": "ok", "model": served, "running": 1 if queue.running is not None else 0,
                 "queued": queue.depth, "capacity": queue.capacity}
 

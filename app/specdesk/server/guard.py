@@ -1,7 +1,8 @@
 """What every request passes before a handler sees it, as plain ASGI middleware:
 
 - the API key (``Authorization: Bearer KEY``), compared in constant time; ``/health``
-  and CORS preflights need none;
+  and CORS preflights need none (``/health`` learns from the scope's state whether the
+  key was given, to say more only then);
 - the body size: a declared ``Content-Length`` over the limit is refused before a byte
   is read, a chunked body as soon as it passes the limit (so the body is read at most
   once, and never more than the limit);
@@ -54,10 +55,11 @@ class Guard:
                 self.count(label, msg["status"])
             await send(msg)
 
-        if self.api_key is not None and path not in PUBLIC and scope.get("method") != "OPTIONS":
-            refusal = self._check_key(_header(scope, b"authorization"))
-            if refusal:
-                return await send_error(counted, 401, refusal, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+        refusal = self._check_key(_header(scope, b"authorization")) if self.api_key is not None else None
+        # /health says more to those who give the key (or to everyone where no key is set)
+        scope.setdefault("state", {})["authorized"] = refusal is None
+        if refusal and path not in PUBLIC and scope.get("method") != "OPTIONS":
+            return await send_error(counted, 401, refusal, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
         declared = _header(scope, b"content-length")
         if declared is not None:
             try:
