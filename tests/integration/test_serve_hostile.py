@@ -7,6 +7,7 @@ process exactly as the app's Serve switch starts it (``runner.bind``,
 - ``/v1/models`` once the model file has gone, and an unexpected error: no 500 with a
   path, no exception text;
 - ``/health`` without the key says only that the server is up;
+- a request that races an unload gets a 503, not an AttributeError.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import http.client
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -187,3 +189,43 @@ def test_health_without_a_key_configured_says_everything(session):
     with serving(session, key=None) as local:
         h = local.request("GET", "/health").json()
         assert h["model"] == "SmolLM2-135M-Instruct.Q4_1" and h["queued"] == 0
+
+
+# -- 12. a request that races an unload -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_racing_an_unload_gets_503(smol_path, stream):
+    """The models are unloaded (the app loaded another pair) after the request's prompt
+    was tokenized and before its generation starts: the close waits for the prompt's
+    lease, then frees the models, and the generation finds them gone. Made to happen
+    at that point by a hook, not by timing."""
+    from specdesk.session import ModelSpec, Session
+
+    s = Session.load(ModelSpec(smol_path, n_ctx=256, threads=1), ModelSpec(smol_path, n_ctx=256, threads=1),
+                     remember_costs=False)
+    tokenize = s.chat_prompt
+    closed = threading.Event()
+
+    def unload_meanwhile(*a, **k):
+        out = tokenize(*a, **k)
+        s.close()  # a lease is held here: the models are freed when it ends, before the generation
+        closed.set()
+        return out
+
+    s.chat_prompt = unload_meanwhile
+    try:
+        with serving(s) as local:
+            body = {**chat(), "stream": stream}
+            r = local.request("POST", "/v1/chat/completions", body)
+            assert closed.is_set() and s.closed
+            if not stream:
+                one_error(r, 503, "unloaded", "unloaded")
+            else:  # the stream had begun: its error is the last event, in the same format
+                events = [json.loads(x[6:]) for x in r.body.decode().split("\n\n") if x.startswith("data: {")]
+                err = events[-1]["error"]
+                assert err["code"] == "unloaded" and "unloaded" in err["message"] and "ctx" not in err["message"], err
+            # and after the unload: every request
+            one_error(local.request("POST", "/v1/chat/completions", chat()), 503, "unloaded")
+    finally:
+        s.close()

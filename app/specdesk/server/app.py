@@ -29,7 +29,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..errors import ContextOverflowError, SpecDeskError
-from ..session import GenerationConfig, Session
+from ..session import GenerationConfig, ModelsUnloaded, Session
 from ..speculative.sampling import SamplingParams
 from .errors import APIError, error_body
 from .generation import Outcome, Run
@@ -102,6 +102,7 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
     created = _file_time(session)
     app = FastAPI(title="SpecDesk", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.session, app.state.queue, app.state.metrics, app.state.options = session, queue, metrics, opts
+    app.state.n_ctx = n_ctx
     _install_error_handlers(app)
 
     @app.api_route("/health", methods=["GET", "HEAD"])  # health checkers ask with HEAD too
@@ -193,7 +194,7 @@ def _tokens(session: Session, make) -> list[int]:
     lease = session.lease()
     try:
         lease.__enter__()
-    except SpecDeskError as e:  # unloaded (the app's pair was replaced): not the request's fault
+    except ModelsUnloaded as e:  # the app's pair was replaced: not the request's fault
         raise APIError(503, str(e), code="unloaded") from None
     try:
         return make()
@@ -207,7 +208,7 @@ def _config(app: FastAPI, body, prompt: list[int], what: str) -> GenerationConfi
     session: Session = app.state.session
     opts: ServeOptions = app.state.options
     d = opts.defaults
-    n_ctx = session.target.ctx.n_ctx
+    n_ctx = app.state.n_ctx  # as loaded: the contexts may be freed meanwhile (an unload: 503 when it runs)
     if len(prompt) >= n_ctx:
         raise APIError(400, f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; shorten it "
                             "(or start the server with a larger --ctx)", param=what, code="context_length_exceeded")
@@ -288,6 +289,8 @@ async def _collect(run: Run, answer: Answer, request: Request):
         elif ev[0] == "cancelled":
             reason = run.ticket.cancel_reason or "cancelled"
             raise APIError(503, f"the request was cancelled ({reason})", code="cancelled")
+        elif ev[0] == "unloaded":  # the models were unloaded before its turn: not the request's fault
+            raise APIError(503, ev[1], code="unloaded")
         elif ev[0] == "error":
             raise APIError(500, ev[1], code="generation_failed")
     raise APIError(500, "the generation ended without an answer")
@@ -313,9 +316,10 @@ async def _stream(run: Run, answer: Answer, usage: bool):
                 done = True
                 yield "[DONE]"
             else:
-                msg = ev[1] if ev[0] == "error" else f"the request was cancelled ({run.ticket.cancel_reason or 'cancelled'})"
+                msg = ev[1] if ev[0] != "cancelled" else f"the request was cancelled ({run.ticket.cancel_reason or 'cancelled'})"
                 done = True
-                yield _dump(error_body(msg, "server_error", None, "generation_failed" if ev[0] == "error" else "cancelled"))
+                code = {"error": "generation_failed", "unloaded": "unloaded"}.get(ev[0], "cancelled")
+                yield _dump(error_body(msg, "server_error", None, code))
     finally:
         if not done:
             run.cancel("client gone")  # the client went away mid-stream: stop at the next step

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 #: How much of a prompt's end is kept with its answer in the history index.
 HISTORY_PROMPT_TAIL = 64
 
+
+class ModelsUnloaded(SpecDeskError):
+    """The models were unloaded (the session closed) before this use of them began."""
+
+
 LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
 
 
@@ -189,10 +194,10 @@ class Session:
     @contextlib.contextmanager
     def lease(self) -> Iterator["Session"]:
         """Use the models for a while; a close() meanwhile takes effect when the last
-        lease ends (on that thread). Using a closed session raises SpecDeskError."""
+        lease ends (on that thread). Using a closed session raises ModelsUnloaded."""
         with self._lock:
             if self.closed or self._close_pending:
-                raise SpecDeskError("the models were unloaded; load them again")
+                raise ModelsUnloaded("the models were unloaded; load them again")
             self._users += 1
         try:
             yield self
@@ -408,13 +413,15 @@ class Session:
         cancel: Callable[[], bool] | None = None,
     ) -> Iterator[Step]:
         """Stream the generation: one Step per propose/verify pass. The session is
-        leased while the generator runs, so a close() waits for it to end."""
-        self.check_fits(prompt, config.max_tokens)
-        proposer = self.make_proposer(config)
-        controller = self.make_controller(config)
-        rng = np.random.default_rng(config.seed)
-        answer: list[int] = []
+        leased first, for the whole generation, so a close() waits for it to end, and
+        one that came before raises ModelsUnloaded before the models are touched (the
+        proposer reads the draft's context)."""
         with self.lease():
+            self.check_fits(prompt, config.max_tokens)
+            proposer = self.make_proposer(config)
+            controller = self.make_controller(config)
+            rng = np.random.default_rng(config.seed)
+            answer: list[int] = []
             for step in speculate(
                 self.target.ctx,
                 proposer,
