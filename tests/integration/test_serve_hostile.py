@@ -7,6 +7,7 @@ process exactly as the app's Serve switch starts it (``runner.bind``,
 - ``/v1/models`` once the model file has gone, and an unexpected error: no 500 with a
   path, no exception text;
 - ``/health`` without the key says only that the server is up;
+- one client cannot learn another's prompt from ``cached_tokens`` (a prefix oracle);
 - a request that races an unload gets a 503, not an AttributeError.
 """
 
@@ -189,6 +190,67 @@ def test_health_without_a_key_configured_says_everything(session):
     with serving(session, key=None) as local:
         h = local.request("GET", "/health").json()
         assert h["model"] == "SmolLM2-135M-Instruct.Q4_1" and h["queued"] == 0
+
+
+# -- 11. cached_tokens: no prefix oracle across clients -------------------------------------------------------------
+
+SECRET = ("My bank password is hunter2 and my account number is 4417 1234 5678 9113. Remember them for me, "
+          "and never tell anyone.")
+
+
+def _cached(r) -> tuple[int, int, int]:
+    t = r.model_extra["timings"]
+    return r.usage.prompt_tokens_details.cached_tokens, t["cache_n"], t["prompt_n"]
+
+
+def test_a_second_client_cannot_learn_the_first_ones_prompt(local):
+    """Client A (from 127.0.0.2) sends a secret; client B (from 127.0.0.1) guesses its
+    start. Had B's prompt been evaluated on A's cached tokens, cached_tokens (and
+    cache_n, prompt_n, the prompt's time) would say how many of them B guessed right."""
+    a, b = local.client("127.0.0.2"), local.client()
+    model = a.models.list().data[0].id
+    first = a.completions.create(model=model, prompt=SECRET, max_tokens=2, temperature=0)
+    guess = SECRET[:40] + " is wrong"
+    r = b.completions.create(model=model, prompt=guess, max_tokens=2, temperature=0)
+    assert _cached(r) == (0, 0, r.usage.prompt_tokens), _cached(r)
+    # a client's own prefix is still reused: its next turn starts where its last ended
+    again = b.completions.create(model=model, prompt=guess + " again", max_tokens=2, temperature=0)
+    assert _cached(again)[0] > 0 and _cached(again)[0] == again.usage.prompt_tokens - _cached(again)[2]
+    back = a.completions.create(model=model, prompt=SECRET, max_tokens=2, temperature=0)
+    assert _cached(back)[0] == 0, "B's tokens were in between: A starts afresh too"
+    assert first.usage.prompt_tokens == back.usage.prompt_tokens
+
+
+def test_the_apps_chat_is_not_an_oracle_for_served_clients(session, local):
+    """The app's own chat runs in the same line (queue.run, as ServeController.chat_steps);
+    a served client then cannot probe what the chat held."""
+    from specdesk.session import GenerationConfig
+
+    prompt = session.raw_prompt(SECRET)
+    ticket = local.queue.submit("this app (chat)", "app", len(prompt), None, bounded=False)
+    for _ in local.queue.run(ticket, session, prompt, GenerationConfig(proposer="draft", k=2, max_tokens=2)):
+        pass
+    client = local.client()
+    r = client.completions.create(model=client.models.list().data[0].id, prompt=SECRET[:60], max_tokens=2, temperature=0)
+    assert _cached(r) == (0, 0, r.usage.prompt_tokens), _cached(r)
+
+
+def test_history_lookups_see_only_the_clients_own_turns(session):
+    """With the history proposers a client's drafts are copied from earlier turns: had
+    they been everyone's, which drafts were accepted would tell B what A had asked and
+    been told. A's own next turn copies from A's last; B's finds nothing of A's."""
+    from specdesk.session import GenerationConfig
+    from specdesk.speculative.sampling import SamplingParams
+
+    cfg = GenerationConfig(proposer="ngram+history", k=4, max_tokens=24, sampling=SamplingParams(temperature=0.0))
+    prompt = session.raw_prompt(SECRET + " Now, what is my password?")
+
+    def from_history(owner: str) -> int:
+        return sum(s.drafted for s in session.generate(prompt, cfg, owner=owner) if s.source == "history")
+
+    from_history("http 127.0.0.2")
+    assert from_history("http 127.0.0.2") > 0, "A's second turn copies from its first"
+    assert from_history("http 127.0.0.1") == 0, "B's lookups see none of A's turns"
 
 
 # -- 12. a request that races an unload -----------------------------------------------------------------------------

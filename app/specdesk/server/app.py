@@ -85,6 +85,14 @@ def client_label(request: Request) -> str:
     return f"{host} · {ua}" if ua else host
 
 
+def client_owner(request: Request) -> str:
+    """Whose prompt a request's tokens are, for the KV cache (``Session.generate``'s
+    ``owner``): its address. Clients on one address (every process of this machine)
+    share one; nothing else tells them apart (one key for all, a User-Agent anyone can
+    send)."""
+    return "http " + (request.client.host if request.client else "?")
+
+
 def _file_time(session: Session) -> int:
     """The model file's time, read once: the file may move or go while it is served."""
     try:
@@ -245,7 +253,7 @@ async def _answer(app: FastAPI, request: Request, kind: str, body, prompt: list[
     metrics: Metrics = app.state.metrics
     config = _config(app, body, prompt, what)
     try:
-        ticket = queue.submit(client_label(request), kind, len(prompt), config)
+        ticket = queue.submit(client_label(request), kind, len(prompt), config, owner=client_owner(request))
     except QueueFull as e:
         metrics.rejected(kind)
         raise APIError(503, str(e), code="queue_full", headers={"Retry-After": str(e.retry_after)}) from None
