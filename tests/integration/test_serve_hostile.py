@@ -4,6 +4,9 @@ process exactly as the app's Serve switch starts it (``runner.bind``,
 ``app.create_app``, ``runner.ServerThread``); ``specdesk serve`` runs the same code
 (its own checks: test_serve_faults.py).
 
+- DNS rebinding: a page on another name that resolves to 127.0.0.1 sends its own Host
+  (and Origin); on a loopback bind only localhost and loopback addresses are served,
+  and an Origin that ``cors_origins`` did not name is refused, 403 in OpenAI's format;
 - ``/v1/models`` once the model file has gone, and an unexpected error: no 500 with a
   path, no exception text;
 - ``/health`` without the key says only that the server is up;
@@ -17,6 +20,7 @@ import contextlib
 import http.client
 import json
 import os
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ import openai
 import pytest
 
 KEY = "hostile-key"
+REBIND = "rebind.attacker.example"
 MAX = 4
 
 
@@ -109,7 +114,7 @@ def serving(session, key: str | None = KEY, **options):
 
 @pytest.fixture(scope="module")
 def local(session):
-    with serving(session) as s:
+    with serving(session, cors_origins=("http://localhost:3000",)) as s:
         yield s
 
 
@@ -135,6 +140,71 @@ def counted(local: Local, path: str, status: int) -> float:
 
 def chat(content: str = "Say hello.", max_tokens: int = MAX) -> dict:
     return {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0}
+
+
+# -- 1. DNS rebinding: Host and Origin ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", [f"{REBIND}:{{port}}", REBIND, "127.0.0.1.nip.io:{port}", "localhost.attacker.example",
+                                  "192.168.1.20:{port}", "localhost:{port}@evil.example", "[::1]x:{port}", ":{port}"])
+def test_a_foreign_host_is_refused_with_403(local, host):
+    """A page whose name was rebound to 127.0.0.1 sends its own name as Host (and its
+    own origin): no generation, no /requests, no /metrics, no /health for it."""
+    host = host.format(port=local.port)
+    before = counted(local, "/v1/chat/completions", 403)
+    ran = len(local.queue.recent())
+    page = {"Host": host, "Origin": f"http://{host}"}
+    err = one_error(local.request("POST", "/v1/chat/completions", chat(), headers=page), 403, "forbidden_host")
+    assert "Host" in err["message"] and "--allow-host" in err["message"], err
+    for path in ("/requests", "/metrics", "/v1/models", "/health"):
+        one_error(local.request("GET", path, headers={"Host": host}), 403, "forbidden_host")
+        one_error(local.request("GET", path, headers={"Host": host}, key=False), 403, "forbidden_host")
+    assert len(local.queue.recent()) == ran  # nothing was generated for it
+    assert counted(local, "/v1/chat/completions", 403) == before + 1  # counted as every refusal
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:{port}", "LocalHost:{port}", "127.0.0.1", "127.0.0.1:{port}",
+                                  "[::1]", "[::1]:{port}", "127.0.0.2:{port}"])
+def test_this_machine_by_any_of_its_loopback_names_is_served(local, host):
+    r = local.request("GET", "/v1/models", headers={"Host": host.format(port=local.port)})
+    assert r.status == 200, r.body
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "http://localhost:8000", "null", "https://127.0.0.1:{port}",
+                                    "http://127.0.0.1:{port}.evil.example"])
+def test_an_origin_not_named_is_refused_with_403(local, origin):
+    """A page on another origin (another site, another local port, a sandboxed frame)
+    is refused, whatever the Host: browsers always send Origin on a cross-origin call."""
+    origin = origin.format(port=local.port)
+    err = one_error(local.request("POST", "/v1/chat/completions", chat(), headers={"Origin": origin}), 403, "forbidden_origin")
+    assert "--cors-origin" in err["message"], err
+    one_error(local.request("GET", "/requests", headers={"Origin": origin}), 403, "forbidden_origin")
+    # its preflight too (no key: a browser's preflight carries none)
+    pre = {"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    r = local.request("OPTIONS", "/v1/chat/completions", headers=pre, key=False)
+    one_error(r, 403, "forbidden_origin")
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_a_named_origin_and_the_servers_own_are_served(local):
+    r = local.request("POST", "/v1/chat/completions", chat(), headers={"Origin": "http://localhost:3000"})
+    assert r.status == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000", r.body
+    # a page on the server's own origin (a same-origin fetch from http://127.0.0.1:PORT/...)
+    for host in (f"127.0.0.1:{local.port}", f"localhost:{local.port}"):
+        r = local.request("POST", "/v1/chat/completions", chat(), headers={"Host": host, "Origin": f"http://{host}"})
+        assert r.status == 200, r.body
+
+
+def test_the_openai_client_and_curl_still_work(local):
+    client = local.client()
+    model = client.models.list().data[0].id
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=MAX)
+    assert r.choices[0].message.content is not None
+    pieces = list(client.completions.create(model=model, prompt="1, 2, 3,", max_tokens=MAX, stream=True))
+    assert pieces
+    out = subprocess.run(["curl", "-sS", f"{local.url}/v1/models", "-H", f"Authorization: Bearer {KEY}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["data"][0]["id"] == model, out
 
 
 # -- 5. /v1/models once the file has gone; the catch-all says nothing of the cause ----------------------------------
@@ -291,3 +361,4 @@ def test_a_request_racing_an_unload_gets_503(smol_path, stream):
             one_error(local.request("POST", "/v1/chat/completions", chat()), 503, "unloaded")
     finally:
         s.close()
+

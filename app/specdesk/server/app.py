@@ -30,10 +30,11 @@ from starlette.middleware.cors import CORSMiddleware
 from .. import __version__
 from ..errors import ContextOverflowError, SpecDeskError
 from ..session import GenerationConfig, ModelsUnloaded, Session
+from ..session.remote import is_loopback
 from ..speculative.sampling import SamplingParams
 from .errors import APIError, error_body
 from .generation import Outcome, Run
-from .guard import Guard
+from .guard import Gate, Guard
 from .metrics import Metrics
 from .queue import GenerationQueue, QueueFull
 from .responses import Answer
@@ -73,6 +74,22 @@ class ServeOptions:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int | None = None
+    #: the address the server listens on: on a loopback one, only loopback Host names are served
+    host: str = "127.0.0.1"
+    #: Host names served besides localhost and the loopback addresses ("*": any; see guard.Gate)
+    allowed_hosts: tuple[str, ...] = ()
+
+
+def served_hosts(opts: ServeOptions) -> frozenset[str] | None:
+    """The Host names the Gate lets in beyond the loopback ones, or None to check no
+    Host: on a loopback bind, or wherever ``allowed_hosts`` names some, the Host is
+    checked (DNS rebinding); elsewhere other machines call by names this one cannot
+    know, and the API key is what protects it."""
+    if "*" in opts.allowed_hosts:
+        return None
+    if opts.allowed_hosts or is_loopback(opts.host):
+        return frozenset(opts.allowed_hosts)
+    return None
 
 
 def model_id(session: Session) -> str:
@@ -157,10 +174,12 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
         prompt = await run_in_threadpool(_tokens, session, lambda: session.raw_prompt(text, parse_special=body.parse_special))
         return await _answer(app, request, "completion", body, prompt, "prompt")
 
+    # the last added runs first: Gate (Host, Origin), then CORS, then Guard (key, size)
     app.add_middleware(Guard, api_key=opts.api_key, max_body=opts.max_body_bytes or body_limit(n_ctx), count=metrics.response)
     if opts.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(opts.cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(Gate, hosts=served_hosts(opts), origins=opts.cors_origins, count=metrics.response)
     return app
 
 
