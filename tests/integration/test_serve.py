@@ -79,8 +79,10 @@ def check_adds_up(usage: dict, timings: dict, spec: dict, text_tokens: int | Non
 
 def test_models_and_health(server, served_id):
     assert served_id == "SmolLM2-135M-Instruct.Q4_1"
-    h = server.request("GET", "/health", headers={})  # no key needed
-    assert h.status == 200 and h.json()["status"] == "ok" and h.json()["capacity"] == 8
+    h = server.request("GET", "/health", headers={})  # no key needed, and without it nothing more than "up"
+    assert h.status == 200 and h.json() == {"status": "ok"}
+    h = server.get("/health")  # with the key: the model and the queue
+    assert h.json()["model"] == served_id and h.json()["capacity"] == 8
     m = server.get("/v1/models").json()["data"][0]
     assert m["meta"]["draft"] == "smol-q4_0.gguf" and m["meta"]["n_ctx"] == 1024
     assert any("serves 'SmolLM2-135M-Instruct.Q4_1'" in line for line in server.stdout)

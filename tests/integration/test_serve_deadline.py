@@ -49,7 +49,7 @@ def read_until_closed(sock: socket.socket) -> bytes:
 
 def chat_request(body: bytes, content_length: int | None = None) -> bytes:
     n = len(body) if content_length is None else content_length
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % n + body)
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -161,11 +162,67 @@ def test_cors_answers_the_allowed_origin_only(server):
     r = server.request("OPTIONS", "/v1/chat/completions", headers=pre)  # a browser's preflight carries no key
     assert r.status == 200 and r.headers["access-control-allow-origin"] == ORIGIN
     r = server.request("OPTIONS", "/v1/chat/completions", headers={**pre, "Origin": "http://evil.example"})
-    assert r.status == 400 and "access-control-allow-origin" not in r.headers
+    one_error(r, 403, "--cors-origin")  # refused before CORS: in OpenAI's format, as every refusal
+    assert "access-control-allow-origin" not in r.headers
     r = server.request("GET", "/v1/models", headers={**server.headers(), "Origin": ORIGIN})
     assert r.status == 200 and r.headers["access-control-allow-origin"] == ORIGIN
     r = server.request("GET", "/v1/models", headers={"Origin": ORIGIN})  # no key: refused, and the page can read why
     assert r.status == 401 and r.headers["access-control-allow-origin"] == ORIGIN
+
+
+def test_a_foreign_host_or_origin_is_refused_and_clients_still_work(server, client):
+    """DNS rebinding (issue 42): a page whose own name was pointed at 127.0.0.1 sends its
+    name as Host; a page on another origin sends its Origin. Both get 403 in OpenAI's
+    format, counted in /metrics; the SDK, curl and a page on the server's own origin
+    still work."""
+    import shutil
+
+    def refused() -> float:
+        want = 'specdesk_http_requests_total{path="/v1/chat/completions",status="403"} '
+        return next((float(x.rsplit(" ", 1)[1]) for x in server.get("/metrics").text.splitlines() if x.startswith(want)), 0.0)
+
+    before = refused()
+    port = urlsplit(server.url).port
+    rebound = f"rebind.attacker.example:{port}"
+    page = {**server.headers(), "Host": rebound, "Origin": f"http://{rebound}"}
+    err = one_error(server.post("/v1/chat/completions", {"messages": msgs()}, headers=page), 403, "Host", "--allow-host")
+    assert err["code"] == "forbidden_host"
+    for path in ("/requests", "/metrics", "/v1/models", "/health"):
+        one_error(server.request("GET", path, headers={**server.headers(), "Host": rebound}), 403)
+    err = one_error(server.post("/v1/chat/completions", {"messages": msgs()},
+                                headers={**server.headers(), "Origin": "http://evil.example"}), 403, "--cors-origin")
+    assert err["code"] == "forbidden_origin"
+    assert refused() == before + 2
+    assert_serving(client)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        r = server.post("/v1/chat/completions", {"messages": msgs(), "max_tokens": 2},
+                        headers={**server.headers(), "Host": host, "Origin": f"http://{host}"})  # the server's own origin
+        assert r.status == 200, (host, r.text)
+    curl = shutil.which("curl")
+    assert curl, "curl is part of the test machine"
+    out = subprocess.run([curl, "-sS", f"{server.url}/v1/models", "-H", f"Authorization: Bearer {KEY}"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["data"][0]["id"] == "smol-strict", out
+
+
+def test_allow_host_lets_that_name_in(strict_model, tmp_path):
+    s = start_serve(["--target", strict_model, "--proposer", "none", "--ctx", "256", "--threads", "1",
+                     "--allow-host", "LLM.home"], tmp_path)
+    try:
+        port = urlsplit(s.url).port
+        assert s.request("GET", "/v1/models", headers={"Host": f"llm.home:{port}"}).status == 200
+        one_error(s.request("GET", "/v1/models", headers={"Host": f"other.home:{port}"}), 403, "--allow-host")
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("value", ["http://llm.home", "llm.home:8080", "llm.home/v1", ""])
+def test_a_bad_allow_host_is_one_line(value, strict_model, tmp_path):
+    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", "--allow-host", value],
+                       capture_output=True, text=True, timeout=120, env=isolated_env(tmp_path))
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--allow-host" in lines[0] and "Host header" in lines[0] and repr(value) in lines[0], lines[0]
 
 
 def test_failed_requests_fail_alone(server, client):
@@ -285,6 +342,8 @@ def test_non_loopback_host_warns(strict_model, tmp_path):
         warning = [x for x in s.stderr().splitlines() if x.startswith("WARNING")]
         assert len(warning) == 1 and "0.0.0.0" in warning[0] and "without any key" in warning[0], s.stderr()
         assert s.get("/health").json()["status"] == "ok"
+        # other machines call it by names it cannot know: no Host check there (no key is the danger, as the warning says)
+        assert s.request("GET", "/health", headers={"Host": "my-desktop.lan:8080"}).status == 200
     finally:
         assert s.stop() == 0
 
@@ -309,7 +368,7 @@ def test_a_client_that_leaves_a_whole_answer_unread_stops_it(server, client):
     body = json.dumps({"model": "smol-strict", "prompt": COUNTING, "max_tokens": HOLDER_TOKENS, "temperature": 0}).encode()
     u = urlsplit(server.url)
     sock = socket.create_connection((u.hostname, u.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
     _wait_for(lambda: [r for r in server.get("/requests").json()["running"] if r["generated"] > 4], "the answer running")
     sock.close()

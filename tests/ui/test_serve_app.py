@@ -155,3 +155,49 @@ def test_serve_needs_a_pair_and_a_free_port(qtbot, window, smol_path):
         w.serve_tab.switch.click()
         qtbot.waitUntil(lambda: not w.serve.serving, timeout=60_000)
     assert "is in use" in w.error_banner.text() and not w.serve.toggle.isChecked()
+
+
+def _raw(url: str, path: str, headers: dict) -> tuple[int, dict]:
+    """A plain request with these headers (Host among them), for what no SDK sends."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    try:
+        conn.request("GET", path, headers=headers)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_the_switch_refuses_a_foreign_host_or_origin(qtbot, window, smol_path):
+    """DNS rebinding (issue 42) through the app's Serve switch: on 127.0.0.1 a page whose
+    own name was pointed at this machine (its Host) or a page on another origin gets 403
+    in OpenAI's format; the SDK still works, and /health without the key says only "ok".
+    With "other machines may connect" (0.0.0.0) no Host is checked: they call it by
+    names it cannot know, and the key protects it."""
+    w = window
+    w.apply_settings(ChatSettings(n_ctx=512, threads=1, max_tokens=4))
+    load(qtbot, w, smol_path, None)
+    client = serve(qtbot, w)
+    port = w.serve.url.rsplit(":", 1)[1]
+    auth = {"Authorization": f"Bearer {KEY}"}
+    status, body = _raw(w.serve.url, "/v1/models", {**auth, "Host": f"rebind.attacker.example:{port}"})
+    assert status == 403 and body["error"]["code"] == "forbidden_host", body
+    status, body = _raw(w.serve.url, "/requests", {**auth, "Origin": "http://evil.example"})
+    assert status == 403 and body["error"]["code"] == "forbidden_origin", body
+    assert _raw(w.serve.url, "/health", {}) == (200, {"status": "ok"})
+    assert client.models.list().data[0].id == "SmolLM2-135M-Instruct.Q4_1"
+
+    w.serve.toggle.trigger()
+    qtbot.waitUntil(lambda: not w.serve.serving and w.serve._stopping is None, timeout=30_000)
+    w.serve_tab.others.setChecked(True)
+    serve(qtbot, w)
+    port = w.serve.url.rsplit(":", 1)[1]
+    status, body = _raw(f"http://127.0.0.1:{port}", "/v1/models", {**auth, "Host": f"my-desktop.lan:{port}"})
+    assert status == 200, body
+    w.serve.toggle.trigger()
+    qtbot.waitUntil(lambda: not w.serve.serving and w.serve._stopping is None, timeout=30_000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -31,7 +32,13 @@ def add_parser(sub) -> None:
     n.add_argument("--queue", type=int_at_least("queue", 0, "an integer >= 0"), default=DEFAULT_QUEUE, metavar="N",
                    help=f"requests that may wait while one generates; beyond them 503 with Retry-After (default {DEFAULT_QUEUE})")
     n.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                   help="allow browser pages from ORIGIN (e.g. http://localhost:3000; repeat for more, * for any)")
+                   help="allow browser pages from ORIGIN (e.g. http://localhost:3000; repeat for more, * for any); "
+                        "a page from any other origin is refused (403)")
+    n.add_argument("--allow-host", action="append", default=[], type=_allowed_host, metavar="NAME",
+                   help="also answer requests whose Host header is NAME (a name of this machine, or a reverse proxy's; "
+                        "repeat for more, * for any). By default a loopback --host answers to localhost, 127.0.0.1 and "
+                        "[::1] only (403 otherwise: a web page that points its own name at this machine, DNS rebinding, "
+                        "sends its own), and another --host checks no Host")
     n.add_argument("--request-timeout", type=float_in("request timeout", 0.0, None, lo_open=True),
                    default=REQUEST_TIMEOUT_S, metavar="SECONDS",
                    help=f"a client must send each request whole (headers and body) within this; past it 408 and the "
@@ -56,7 +63,8 @@ def cmd_serve(args) -> int:
         with load_session(args, need_draft=defaults.needs_draft) as s:
             queue = GenerationQueue(args.queue)
             opts = ServeOptions(defaults=defaults, default_max_tokens=args.max_tokens, api_key=key,
-                                cors_origins=tuple(args.cors_origin), max_body_bytes=body_limit(s.target.ctx.n_ctx))
+                                cors_origins=tuple(args.cors_origin), max_body_bytes=body_limit(s.target.ctx.n_ctx),
+                                host=args.host, allowed_hosts=tuple(args.allow_host))
             app = create_app(s, queue, opts)
             _announce(s, sock, args, defaults, key, queue)
 
@@ -74,6 +82,15 @@ def cmd_serve(args) -> int:
         sock.close()
     print("specdesk serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _allowed_host(value: str) -> str:
+    from ..server.guard import allowed_host_error  # plain Python: no web stack imported for it
+
+    why = allowed_host_error(value)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return value.strip().lower()
 
 
 def _interrupt(_sig, _frame) -> None:

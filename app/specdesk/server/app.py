@@ -5,7 +5,9 @@
 A request is validated (pydantic, strict), its prompt rendered and tokenized off the
 event loop, checked against the context, and only then admitted to the queue, so a
 bad request never takes a place in line; beyond the queue's capacity it gets a 503
-with ``Retry-After``. Every error is one line in OpenAI's error format.
+with ``Retry-After``. Every error is one line in OpenAI's error format; an
+unexpected one says only that it happened (the cause, which may name files, goes to
+the server's log).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field, replace
 
 from fastapi import FastAPI, Request
@@ -26,11 +29,12 @@ from starlette.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..errors import ContextOverflowError, SpecDeskError
-from ..session import GenerationConfig, Session
+from ..session import GenerationConfig, ModelsUnloaded, Session
+from ..session.remote import is_loopback
 from ..speculative.sampling import SamplingParams
 from .errors import APIError, error_body
 from .generation import Outcome, Run
-from .guard import Guard
+from .guard import Gate, Guard
 from .metrics import Metrics
 from .queue import GenerationQueue, QueueFull
 from .responses import Answer
@@ -46,6 +50,8 @@ from .validation import validation_error
 
 log = logging.getLogger(__name__)
 
+#: What a client is told of an error nobody foresaw (its cause goes to the server's log).
+UNEXPECTED = "unexpected error: the server could not answer this request (its log says why)"
 #: A client that is gone is noticed this often while its non-streamed answer is made.
 DISCONNECT_POLL_S = 0.25
 #: Bytes of request body allowed per token of context (a token is a few bytes of text;
@@ -68,6 +74,22 @@ class ServeOptions:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int | None = None
+    #: the address the server listens on: on a loopback one, only loopback Host names are served
+    host: str = "127.0.0.1"
+    #: Host names served besides localhost and the loopback addresses ("*": any; see guard.Gate)
+    allowed_hosts: tuple[str, ...] = ()
+
+
+def served_hosts(opts: ServeOptions) -> frozenset[str] | None:
+    """The Host names the Gate lets in beyond the loopback ones, or None to check no
+    Host: on a loopback bind, or wherever ``allowed_hosts`` names some, the Host is
+    checked (DNS rebinding); elsewhere other machines call by names this one cannot
+    know, and the API key is what protects it."""
+    if "*" in opts.allowed_hosts:
+        return None
+    if opts.allowed_hosts or is_loopback(opts.host):
+        return frozenset(opts.allowed_hosts)
+    return None
 
 
 def model_id(session: Session) -> str:
@@ -80,18 +102,38 @@ def client_label(request: Request) -> str:
     return f"{host} · {ua}" if ua else host
 
 
+def client_owner(request: Request) -> str:
+    """Whose prompt a request's tokens are, for the KV cache (``Session.generate``'s
+    ``owner``): its address. Clients on one address (every process of this machine)
+    share one; nothing else tells them apart (one key for all, a User-Agent anyone can
+    send)."""
+    return "http " + (request.client.host if request.client else "?")
+
+
+def _file_time(session: Session) -> int:
+    """The model file's time, read once: the file may move or go while it is served."""
+    try:
+        return int(session.target.spec.path.stat().st_mtime)
+    except OSError:
+        return int(time.time())
+
+
 def create_app(session: Session, queue: GenerationQueue, options: ServeOptions | None = None) -> FastAPI:
     opts = options or ServeOptions()
     metrics = Metrics(queue)
     n_ctx = session.target.ctx.n_ctx
     served = model_id(session)
     draft_name = session.draft.name if session.draft is not None else None
+    created = _file_time(session)
     app = FastAPI(title="SpecDesk", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.session, app.state.queue, app.state.metrics, app.state.options = session, queue, metrics, opts
+    app.state.n_ctx = n_ctx
     _install_error_handlers(app)
 
     @app.api_route("/health", methods=["GET", "HEAD"])  # health checkers ask with HEAD too
-    async def health():
+    async def health(request: Request):
+        if not getattr(request.state, "authorized", False):  # no key needed to learn it is up, but no more
+            return {"status": "ok"}
         return {"status": "ok", "model": served, "running": 1 if queue.running is not None else 0,
                 "queued": queue.depth, "capacity": queue.capacity}
 
@@ -99,7 +141,7 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
     async def models():
         d = opts.defaults
         return {"object": "list", "data": [{
-            "id": served, "object": "model", "created": int(session.target.spec.path.stat().st_mtime), "owned_by": "specdesk",
+            "id": served, "object": "model", "created": created, "owned_by": "specdesk",
             "meta": {"target": session.target.name, "draft": draft_name, "proposer": d.proposer, "k": d.k,
                      "translated": session.translated, "n_ctx": n_ctx},
         }]}
@@ -132,10 +174,12 @@ def create_app(session: Session, queue: GenerationQueue, options: ServeOptions |
         prompt = await run_in_threadpool(_tokens, session, lambda: session.raw_prompt(text, parse_special=body.parse_special))
         return await _answer(app, request, "completion", body, prompt, "prompt")
 
+    # the last added runs first: Gate (Host, Origin), then CORS, then Guard (key, size)
     app.add_middleware(Guard, api_key=opts.api_key, max_body=opts.max_body_bytes or body_limit(n_ctx), count=metrics.response)
     if opts.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(opts.cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(Gate, hosts=served_hosts(opts), origins=opts.cors_origins, count=metrics.response)
     return app
 
 
@@ -159,9 +203,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(msg), status_code=e.status_code, headers=e.headers)  # a 405's Allow
 
     @app.exception_handler(Exception)
-    async def unexpected(_request, e: Exception):
-        log.exception("unexpected error")
-        return JSONResponse(error_body(f"unexpected error: {type(e).__name__}: {e}", "server_error"), status_code=500)
+    async def unexpected(request: Request, e: Exception):
+        # its text may name files or the machine: the log has it, the client is told only that it happened
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
+        return JSONResponse(error_body(UNEXPECTED, "server_error"), status_code=500)
 
 
 def _check_model(name: str | None, served: str) -> None:
@@ -176,7 +221,7 @@ def _tokens(session: Session, make) -> list[int]:
     lease = session.lease()
     try:
         lease.__enter__()
-    except SpecDeskError as e:  # unloaded (the app's pair was replaced): not the request's fault
+    except ModelsUnloaded as e:  # the app's pair was replaced: not the request's fault
         raise APIError(503, str(e), code="unloaded") from None
     try:
         return make()
@@ -190,7 +235,7 @@ def _config(app: FastAPI, body, prompt: list[int], what: str) -> GenerationConfi
     session: Session = app.state.session
     opts: ServeOptions = app.state.options
     d = opts.defaults
-    n_ctx = session.target.ctx.n_ctx
+    n_ctx = app.state.n_ctx  # as loaded: the contexts may be freed meanwhile (an unload: 503 when it runs)
     if len(prompt) >= n_ctx:
         raise APIError(400, f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; shorten it "
                             "(or start the server with a larger --ctx)", param=what, code="context_length_exceeded")
@@ -227,7 +272,7 @@ async def _answer(app: FastAPI, request: Request, kind: str, body, prompt: list[
     metrics: Metrics = app.state.metrics
     config = _config(app, body, prompt, what)
     try:
-        ticket = queue.submit(client_label(request), kind, len(prompt), config)
+        ticket = queue.submit(client_label(request), kind, len(prompt), config, owner=client_owner(request))
     except QueueFull as e:
         metrics.rejected(kind)
         raise APIError(503, str(e), code="queue_full", headers={"Retry-After": str(e.retry_after)}) from None
@@ -271,6 +316,8 @@ async def _collect(run: Run, answer: Answer, request: Request):
         elif ev[0] == "cancelled":
             reason = run.ticket.cancel_reason or "cancelled"
             raise APIError(503, f"the request was cancelled ({reason})", code="cancelled")
+        elif ev[0] == "unloaded":  # the models were unloaded before its turn: not the request's fault
+            raise APIError(503, ev[1], code="unloaded")
         elif ev[0] == "error":
             raise APIError(500, ev[1], code="generation_failed")
     raise APIError(500, "the generation ended without an answer")
@@ -296,9 +343,10 @@ async def _stream(run: Run, answer: Answer, usage: bool):
                 done = True
                 yield "[DONE]"
             else:
-                msg = ev[1] if ev[0] == "error" else f"the request was cancelled ({run.ticket.cancel_reason or 'cancelled'})"
+                msg = ev[1] if ev[0] != "cancelled" else f"the request was cancelled ({run.ticket.cancel_reason or 'cancelled'})"
                 done = True
-                yield _dump(error_body(msg, "server_error", None, "generation_failed" if ev[0] == "error" else "cancelled"))
+                code = {"error": "generation_failed", "unloaded": "unloaded"}.get(ev[0], "cancelled")
+                yield _dump(error_body(msg, "server_error", None, code))
     finally:
         if not done:
             run.cancel("client gone")  # the client went away mid-stream: stop at the next step

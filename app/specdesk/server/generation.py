@@ -3,9 +3,11 @@ in the queue first), and the async handler reads what it produced as events.
 
 Events, in order: ``("started",)`` when its turn came, ``("text", str)`` for each
 piece that is safe to send (stop strings held back and cut), then one of
-``("end", finish_reason, Stats, queue_seconds)``, ``("cancelled",)`` or
-``("error", message)``. Cancelling (the client went away) stops the generation at
-the next step boundary, or takes the request out of the line if it still waits.
+``("end", finish_reason, Stats, queue_seconds)``, ``("cancelled",)``,
+``("unloaded", message)`` (the models were unloaded before it ran: a 503) or
+``("error", message)`` (an unexpected one's cause is logged, never sent).
+Cancelling (the client went away) stops the generation at the next step boundary,
+or takes the request out of the line if it still waits.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Sequence
 
 from ..errors import Cancelled, SpecDeskError
-from ..session import GenerationConfig, Session
+from ..session import GenerationConfig, ModelsUnloaded, Session
 from ..speculative.stats import Stats
 from .queue import GenerationQueue, Ticket
 from .responses import FINISH
@@ -25,7 +27,9 @@ from .stops import StopMatcher
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("end", "cancelled", "error")
+TERMINAL = ("end", "cancelled", "unloaded", "error")
+#: What a client is told of a generation that failed for a reason nobody foresaw.
+UNEXPECTED = "unexpected error in the generation (the server's log says why)"
 
 
 @dataclass
@@ -94,11 +98,13 @@ class Run:
         except Cancelled:
             outcome = "cancelled"
             self._put("cancelled")
+        except ModelsUnloaded as e:
+            self._put("unloaded", str(e))
         except SpecDeskError as e:
             self._put("error", str(e))
-        except Exception as e:  # noqa: BLE001 - one failing request must not take the server down
+        except Exception:  # noqa: BLE001 - one failing request must not take the server down
             log.exception("request %s failed", self.ticket.id)
-            self._put("error", f"unexpected error: {type(e).__name__}: {e}")
+            self._put("error", UNEXPECTED)  # its text may name files: the log has it
         finally:
             if self.on_end is not None:
                 try:

@@ -72,6 +72,8 @@ class Ticket:
     #: why it was cancelled ("client gone", "stop string", ...), None if it was not
     cancel_reason: str | None = None
     steps_after_cancel: int = 0
+    #: whose prompt it is, for the KV cache (``Session.generate``): None for the app's own chat
+    owner: str | None = field(default=None, repr=False)
     _t_submit: float = field(default_factory=time.monotonic, repr=False)
     _t_start: float | None = field(default=None, repr=False)
     _t_end: float | None = field(default=None, repr=False)
@@ -208,17 +210,18 @@ class GenerationQueue:
     # -- taking a place -------------------------------------------------------------
 
     def submit(self, client: str, kind: str = "chat", prompt_tokens: int = 0, config: GenerationConfig | None = None,
-               bounded: bool = True) -> Ticket:
+               bounded: bool = True, owner: str | None = None) -> Ticket:
         """A place at the end of the line. ``bounded``: refused with QueueFull when
         ``capacity`` tickets already wait (the app's own chat answers are not refused:
-        they wait like the rest)."""
+        they wait like the rest). ``owner``: the served client whose prompt it is (its
+        generation reuses no other owner's cached tokens); None for the app's own."""
         with self._cond:
             busy = self._running is not None or bool(self._waiting)
             if bounded and busy and len(self._waiting) >= self.capacity:
                 full = QueueFull(len(self._waiting), self.capacity, 0)
             else:
                 full = None
-                t = Ticket(next(self._ids), client, kind, prompt_tokens, config, self)
+                t = Ticket(next(self._ids), client, kind, prompt_tokens, config, self, owner=owner)
                 self._waiting.append(t)
         if full is not None:
             full = QueueFull(full.waiting, full.capacity, self.retry_after())
@@ -263,7 +266,7 @@ class GenerationQueue:
             return ticket.cancelled
 
         try:
-            for step in session.generate(prompt, config, cancel=stop):
+            for step in session.generate(prompt, config, cancel=stop, owner=ticket.owner):
                 ticket.stats = step.stats
                 if ticket.cancelled and step.tokens:
                     ticket.steps_after_cancel += 1

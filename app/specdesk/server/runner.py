@@ -9,6 +9,7 @@ import asyncio
 import errno
 import logging
 import socket
+import sys
 import threading
 
 import uvicorn
@@ -23,6 +24,20 @@ log = logging.getLogger(__name__)
 GRACE_S = 3
 
 
+def listen_options(platform: str = sys.platform) -> list[tuple[str, int]]:
+    """The SOL_SOCKET options (name, value) a listening socket gets on ``platform``.
+
+    POSIX: SO_REUSEADDR, so a restart binds while the last run's connections sit in
+    TIME_WAIT. On Windows SO_REUSEADDR means something else: another process may bind
+    the same port and take the connections (with their keys and prompts), so there
+    SO_EXCLUSIVEADDRUSE keeps the port ours alone (Python's ``socket.create_server``
+    sets SO_REUSEADDR on POSIX only, for the same reason). Only the choice is tested:
+    the tests run on Linux."""
+    if platform == "win32":
+        return [("SO_EXCLUSIVEADDRUSE", 1)]
+    return [("SO_REUSEADDR", 1)]
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one), or one clear SpecDeskError."""
     if not 0 <= port <= 65535:
@@ -34,7 +49,8 @@ def bind(host: str, port: int) -> socket.socket:
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        for name, value in listen_options():
+            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, name), value)
         sock.bind(addr)
         sock.listen(128)
     except OSError as e:

@@ -8,6 +8,7 @@ import contextlib
 import copy
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -39,6 +40,13 @@ log = logging.getLogger(__name__)
 
 #: How much of a prompt's end is kept with its answer in the history index.
 HISTORY_PROMPT_TAIL = 64
+#: Served clients whose history lookups are kept apart (the least recent is dropped).
+OWNERS_KEPT = 16
+
+
+class ModelsUnloaded(SpecDeskError):
+    """The models were unloaded (the session closed) before this use of them began."""
+
 
 LoadProgress = Callable[[str, float], bool]  # (message, 0..1) -> keep going
 
@@ -185,14 +193,20 @@ class Session:
         self._users = 0
         self._close_pending = False
         self.closed = False
+        # Whose tokens the contexts hold (generate's ``owner``; None: this process's
+        # own user) and what they held when that owner's last generation ended; each
+        # served client's earlier turns, for its own history lookups.
+        self._kv_owner: str | None = None
+        self._kv_left: tuple | None = None
+        self._histories: OrderedDict[str, HistoryProposer] = OrderedDict()
 
     @contextlib.contextmanager
     def lease(self) -> Iterator["Session"]:
         """Use the models for a while; a close() meanwhile takes effect when the last
-        lease ends (on that thread). Using a closed session raises SpecDeskError."""
+        lease ends (on that thread). Using a closed session raises ModelsUnloaded."""
         with self._lock:
             if self.closed or self._close_pending:
-                raise SpecDeskError("the models were unloaded; load them again")
+                raise ModelsUnloaded("the models were unloaded; load them again")
             self._users += 1
         try:
             yield self
@@ -387,11 +401,14 @@ class Session:
         except registry.PairMismatch:
             raise SpecDeskError(translated_refusal(config.proposer)) from None
 
-    def make_proposer(self, config: GenerationConfig) -> Proposer:
+    def make_proposer(self, config: GenerationConfig, history: HistoryProposer | None = None) -> Proposer:
+        """The proposer for ``config``; its history lookups read ``history`` (the
+        session's own by default)."""
         kind = registry.kind(self.proposer_name(config))
         if kind.needs_draft and self.draft is None:
             raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
-        return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min), history=self.history))
+        return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min),
+                                         history=self.history if history is None else history))
 
     def _draft_proposer(self, p_min: float) -> Proposer:
         """The draft model as a proposer: in the target's vocabulary, or translated."""
@@ -406,15 +423,29 @@ class Session:
         prompt: Sequence[int],
         config: GenerationConfig,
         cancel: Callable[[], bool] | None = None,
+        owner: str | None = None,
     ) -> Iterator[Step]:
         """Stream the generation: one Step per propose/verify pass. The session is
-        leased while the generator runs, so a close() waits for it to end."""
-        self.check_fits(prompt, config.max_tokens)
-        proposer = self.make_proposer(config)
-        controller = self.make_controller(config)
-        rng = np.random.default_rng(config.seed)
-        answer: list[int] = []
+        leased first, for the whole generation, so a close() waits for it to end, and
+        one that came before raises ModelsUnloaded before the models are touched (the
+        proposer reads the draft's context).
+
+        ``owner`` names a served client (the server gives its address). Its prompt
+        reuses the tokens the contexts hold only when they are what its own last
+        generation left, and its history lookups see only its own turns: no client can
+        learn how much of another's prompt it guessed from ``cached_tokens``, from the
+        time its prompt took, or from which history drafts were accepted. None (the CLI,
+        the app's own chat) reuses whatever the contexts hold."""
         with self.lease():
+            self.check_fits(prompt, config.max_tokens)
+            history = self._history(owner)
+            proposer = self.make_proposer(config, history)
+            controller = self.make_controller(config)
+            if owner is not None and not (owner == self._kv_owner and self._kv_left == self._contexts_now()):
+                self.reset()  # another's tokens (or some left by a generation cut short): start afresh
+            self._kv_owner, self._kv_left = owner, None  # what it leaves is recorded only when it ends
+            rng = np.random.default_rng(config.seed)
+            answer: list[int] = []
             for step in speculate(
                 self.target.ctx,
                 proposer,
@@ -427,9 +458,26 @@ class Session:
             ):
                 answer.extend(t.token for t in step.tokens)
                 yield step
+            if owner is not None:  # None's tokens are reused by none but None
+                self._kv_left = self._contexts_now()
         # later turns (and hybrid lookups) can copy from this one; the prompt's tail
         # lets the next question's answer match the start of this answer
-        self.history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + answer)
+        history.remember(list(prompt[-HISTORY_PROMPT_TAIL:]) + answer)
+
+    def _history(self, owner: str | None) -> HistoryProposer:
+        """The earlier turns ``owner``'s lookups may copy from: the session's own for
+        None, else that client's alone (kept for the OWNERS_KEPT most recent clients)."""
+        if owner is None:
+            return self.history
+        h = self._histories.pop(owner, None)
+        self._histories[owner] = h = h if h is not None else HistoryProposer()
+        while len(self._histories) > OWNERS_KEPT:
+            self._histories.popitem(last=False)
+        return h
+
+    def _contexts_now(self) -> tuple:
+        """The tokens both contexts hold."""
+        return (tuple(self.target.ctx.history), tuple(self.draft.ctx.history) if self.draft is not None else None)
 
     def run(self, prompt: Sequence[int], config: GenerationConfig,
             cancel: Callable[[], bool] | None = None) -> "Generation":
