@@ -700,7 +700,8 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         if self.loading or self.compare.running:
             return
-        dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self)
+        dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self,
+                             mtp_refusal=self.session.mtp.refusal() if self.session is not None else None)
         if dlg.exec() != SettingsDialog.DialogCode.Accepted:
             return
         self.apply_settings(dlg.value())
