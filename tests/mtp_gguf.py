@@ -216,3 +216,83 @@ def random_heads(path: str | Path, **kw) -> Path:
 
 def no_heads(path: str | Path, **kw) -> Path:
     return write_mtp_model(path, replace(MtpSpec(), heads="none", **kw))
+
+
+# -- Step 3.5 (llama.cpp's step35): several chained heads --------------------------------------
+
+
+def write_step35_model(path: str | Path, heads: int = 2, agree: bool = True, spec: MtpSpec = MtpSpec()) -> Path:
+    """A Step-3.5-shaped GGUF (``llama_model_step35``, src/models/step35.cpp) with a
+    bigram trunk and ``heads`` chained NextN blocks (draft token i by head i), every
+    layer dense: the trunk and every head as in :func:`write_mtp_model` (agreeing:
+    each head computes the trunk's function of the token it is given). Step 3.5
+    alternates sliding-window and full attention, and llama.cpp asserts that some
+    layer slides, so the trunk's odd layers do."""
+    path = Path(path)
+    e, hd = spec.n_embd, spec.n_embd // spec.n_head
+    kv = hd * spec.n_head_kv
+    n_all = spec.n_layer + heads
+    mat = np.float16
+    rng = np.random.default_rng(spec.seed)
+    w = gguf.GGUFWriter(str(path), "step35")
+    w.add_type("model")
+    w.add_name(f"Tiny Step 3.5 MTP test ({heads} {'agreeing' if agree else 'random'} heads)")
+    w.add_block_count(n_all)
+    w.add_nextn_predict_layers(heads)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_feed_forward_length(spec.n_ff_exp)
+    w.add_sliding_window(128)
+    w.add_sliding_window_pattern([i % 2 == 1 and i < spec.n_layer for i in range(n_all)])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    n_vocab, control = _vocab(w, spec)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    def rnd(*shape: int, scale: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(mat)
+
+    def zero(*shape: int) -> np.ndarray:
+        return np.zeros(shape, dtype=mat)
+
+    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
+    emb = rng.standard_normal((n_vocab, e), dtype=np.float32)
+    out = rng.standard_normal((n_vocab, e), dtype=np.float32) * (spec.noise / e ** 0.5)
+    cycle = rng.permutation(np.setdiff1d(np.arange(n_vocab), control))
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    out[np.roll(cycle, -1)] += unit[cycle] * (spec.margin / e ** 0.5)
+    out[control] = 0.0
+    w.add_tensor("token_embd.weight", emb.astype(mat))
+    w.add_tensor("output_norm.weight", ones(e))
+    w.add_tensor("output.weight", out.astype(mat))
+    for i in range(n_all):
+        p = f"blk.{i}."
+        outputs = zero if (i < spec.n_layer or agree) else (lambda *s: rnd(*s, scale=0.5))
+        w.add_tensor(p + "attn_norm.weight", ones(e))
+        w.add_tensor(p + "attn_q.weight", rnd(spec.n_head * hd, e))
+        w.add_tensor(p + "attn_k.weight", rnd(kv, e))
+        w.add_tensor(p + "attn_v.weight", rnd(kv, e))
+        w.add_tensor(p + "attn_output.weight", outputs(e, spec.n_head * hd))
+        w.add_tensor(p + "ffn_norm.weight", ones(e))
+        w.add_tensor(p + "ffn_gate.weight", rnd(spec.n_ff, e))
+        w.add_tensor(p + "ffn_up.weight", rnd(spec.n_ff, e))
+        w.add_tensor(p + "ffn_down.weight", outputs(e, spec.n_ff))
+        if i >= spec.n_layer:
+            if agree:
+                eh = np.zeros((e, 2 * e), dtype=mat)
+                eh[:, :e] = np.eye(e, dtype=mat)
+            else:
+                eh = rnd(e, 2 * e, scale=1.0 / (2 * e) ** 0.5)
+            w.add_tensor(p + "nextn.eh_proj.weight", eh)
+            w.add_tensor(p + "nextn.enorm.weight", ones(e))
+            w.add_tensor(p + "nextn.hnorm.weight", ones(e))
+            w.add_tensor(p + "nextn.shared_head_norm.weight", ones(e))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

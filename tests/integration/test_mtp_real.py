@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtp_gguf import MtpSpec, agreeing, no_heads, random_heads, write_mtp_model
+from mtp_gguf import MtpSpec, agreeing, no_heads, random_heads, write_mtp_model, write_step35_model
 from test_cli import assert_one_line_error, cli
 
 PROMPT = "the of and to in is that it for was"
@@ -27,6 +27,9 @@ def models(tmp_path_factory):
         "two": write_mtp_model(d / "two.gguf", replace(MtpSpec(), nextn_key=2)),
         # more heads than blocks: llama.cpp asserts it at every load
         "too-many": write_mtp_model(d / "too-many.gguf", replace(MtpSpec(), nextn_key=9)),
+        # Step 3.5's chained heads: draft token i by head i
+        "step-agree": write_step35_model(d / "step-agree.gguf", heads=3, agree=True),
+        "step-random": write_step35_model(d / "step-random.gguf", heads=3, agree=False),
     }
 
 
@@ -113,3 +116,17 @@ def test_compare_and_bench_report_mtp_with_intervals(models, tmp_path):
     assert set(rows) >= {"none", "mtp:k=4", "mtp:auto"}
     lo, hi = rows["mtp:k=4"]["speedup_ci"]
     assert lo <= rows["mtp:k=4"]["speedup"] <= hi and rows["mtp:k=4"]["acceptance"] >= 0.9
+
+
+def test_chained_heads_draft_one_token_each_and_change_nothing(models):
+    alone = generate(models["step-agree"], "--proposer", "none", "--max-tokens", "48")
+    out = generate(models["step-agree"], "--proposer", "mtp", "--k", "6", "--p-min", "0", "--max-tokens", "48")
+    st = out["stats"]
+    assert out["tokens"] == alone["tokens"]
+    assert len(st["drafted_per_position"]) == 3  # three heads: three draft tokens at most
+    assert st["drafted"] >= 30 and st["acceptance_rate"] >= 0.9, st
+    rand = generate(models["step-random"], "--proposer", "mtp", "--k", "3", "--p-min", "0", "--max-tokens", "48")
+    assert rand["tokens"] == generate(models["step-random"], "--proposer", "none", "--max-tokens", "48")["tokens"]
+    assert rand["stats"]["drafted"] > 30 and rand["stats"]["acceptance_rate"] < 0.1
+    r = cli("models", "inspect", models["step-agree"], "--json")
+    assert json.loads(r.stdout)["mtp_heads"] == 3
