@@ -130,3 +130,17 @@ def test_chained_heads_draft_one_token_each_and_change_nothing(models):
     assert rand["stats"]["drafted"] > 30 and rand["stats"]["acceptance_rate"] < 0.1
     r = cli("models", "inspect", models["step-agree"], "--json")
     assert json.loads(r.stdout)["mtp_heads"] == 3
+
+
+def test_the_server_drafts_with_the_heads(models, tmp_path):
+    from serving import start_serve
+
+    s = start_serve(["--target", models["agree"], "--ctx", "512", "--threads", "2", "--proposer", "mtp", "--k", "4"], tmp_path)
+    try:
+        r = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0})
+        assert r.status == 200, r.text
+        spec = r.json()["speculation"]
+        assert spec["proposer"] == "mtp" and spec["draft_model"] is None
+        assert spec["drafted"] > 0 and spec["acceptance_rate"] >= 0.9
+    finally:
+        s.stop()
