@@ -46,6 +46,7 @@ from ..speculative.backend import common_prefix_length
 from .backend import deferred_interrupt
 from .context import Context
 from .model import Buffer, Model, capture_buffers
+from .rpc import check_alive
 
 T = TypeVar("T")
 
@@ -277,6 +278,8 @@ class MtpHeads:
             raise SpecDeskError(f"llama.cpp could not roll the MTP heads back to position {p}")
 
     def _decode(self, tokens: Sequence[int], p0: int, last_row: bool) -> None:
+        if self.model.rpc_endpoints:
+            check_alive(self.model.rpc_endpoints)  # llama.cpp would abort on a server that has gone
         m = len(tokens)
         self._tok[:m] = tokens
         self._pos[:m] = np.arange(p0, p0 + m, dtype=np.int32)

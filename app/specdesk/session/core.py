@@ -474,7 +474,7 @@ class Session:
     def memory(self, roles: Sequence[str] = ("target", "draft")) -> MemoryReport:
         models = []
         if "target" in roles:
-            models.append(self.target.memory())
+            models.append(self.mtp.with_heads(self.target.memory()))
         if "draft" in roles and self.draft is not None:
             models.append(self.draft.memory())
         return report(models)

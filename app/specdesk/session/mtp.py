@@ -4,6 +4,7 @@ made on the first generation that drafts with them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..engine.context import Context
@@ -13,6 +14,7 @@ from ..errors import ModelFileError, SpecDeskError
 from ..library.gguf import validate_gguf
 from ..library.gguf.mtp import check_mtp, mtp_heads
 from ..rules.mtp import MtpSupport
+from ..system.memory import ModelMemory
 from .text import mtp_refusal
 
 
@@ -66,6 +68,16 @@ class TargetHeads:
         its hidden states (its prompt skips the last layer's unused rows again)."""
         if self._heads is not None:
             self._heads.deactivate()
+
+    def with_heads(self, m: ModelMemory) -> ModelMemory:
+        """The target's memory with its heads' context (their KV cache and buffers) once made."""
+        if self._heads is None:
+            return m
+        bufs = self._heads.buffers
+        kv = sum(b.bytes for b in bufs if b.kind == "KV")
+        compute = sum(b.bytes for b in bufs if b.kind in ("compute", "output"))
+        return replace(m, kv_bytes=m.kv_bytes + kv, compute_bytes=m.compute_bytes + compute,
+                       vram_bytes=m.vram_bytes + sum(b.bytes for b in bufs if b.on_gpu))
 
     def reset(self) -> None:
         if self._heads is not None:
