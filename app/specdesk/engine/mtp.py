@@ -46,7 +46,7 @@ from ..speculative.backend import common_prefix_length
 from .backend import deferred_interrupt
 from .context import Context
 from .model import Buffer, Model, capture_buffers
-from .rpc import check_alive
+from .rpc import check_alive, gone
 
 T = TypeVar("T")
 
@@ -317,7 +317,8 @@ class MtpHeads:
             self.deactivate()
             self._batch.embd = None  # ours: llama_batch_free must not free it
             llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            if not (self.model.rpc_endpoints and gone(self.model.rpc_endpoints)):
+                llama_cpp.llama_free(self._ctx)  # (on a lost server llama.cpp would abort: left allocated, as Context does)
             self._ctx = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort
