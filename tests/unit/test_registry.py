@@ -2,12 +2,13 @@
 
 import pytest
 
+from fake_mtp import FakeHeads
 from fakes import FakeBackend, FakeModel
 from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
 from specdesk.cli import build_parser
 from specdesk.session import GenerationConfig, needs_draft_model
 from specdesk.session.text import PROPOSER_LABELS
-from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, registry
+from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, registry
 
 
 def _cli_choices(command: str) -> list[str]:
@@ -27,7 +28,7 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
         assert c.proposer == name
         assert c.needs_draft == registry.kind(name).needs_draft == needs_draft_model(name)
         assert c.generation(GenerationConfig().sampling, 8, 0).proposer == name
-    with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, none"):
+    with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, mtp, none"):
         parse_config("medusa")
 
 
@@ -44,7 +45,8 @@ def test_the_app_offers_every_proposer_in_settings_and_compare():
 def test_each_row_builds_a_proposer_that_drafts_from_its_sources():
     t = FakeBackend(FakeModel(n_vocab=8))
     d = FakeBackend(FakeModel(n_vocab=8, seed=1))
-    parts = registry.Parts(draft_model=lambda: DraftModelProposer(d, 8), history=HistoryProposer())
+    parts = registry.Parts(draft_model=lambda: DraftModelProposer(d, 8), history=HistoryProposer(),
+                           mtp=lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8))
     for k in registry.KINDS:
         p = k.build(parts)
         assert p.drafts == bool(k.sources), k.name
@@ -73,7 +75,13 @@ def test_the_chat_settings_offer_every_choice_and_say_when_a_draft_is_missing():
         if registry.kind(name).needs_draft:
             # never silently: the answer's line says what runs instead, and why
             assert runs == "ngram" and why == f"no draft model loaded: ngram instead of {name}"
+            # a target with MTP heads that can draft drafts with them instead
+            assert ChatSettings(proposer=name).proposer_for(has_draft=False, mtp_refusal=None)[0] == "mtp"
+        elif registry.kind(name).needs_mtp:
+            # heads not known to draft (nothing said, or the target's refusal): n-gram lookups, said
+            assert runs == "ngram" and "MTP heads" in why
+            assert ChatSettings(proposer=name).proposer_for(has_draft=False, mtp_refusal=None) == (name, "")
         else:
             assert (runs, why) == (name, "")
-        assert ChatSettings(proposer=name).proposer_for(has_draft=True) == (name, "")
+        assert ChatSettings(proposer=name).proposer_for(has_draft=True, mtp_refusal=None) == (name, "")
         assert ChatSettings(proposer=name).generation_config(has_draft=False).proposer == runs

@@ -87,7 +87,8 @@ class Calibration:
     # the best higher quantization of the target the draft's memory would buy instead
     quant_upgrade: QuantUpgrade | None = None
     # how the draft model drafts: "draft" (same vocabulary) or "translated" (another
-    # vocabulary, its text re-tokenized): its costs and acceptance are that proposer's
+    # vocabulary, its text re-tokenized), or "mtp" where the target's own MTP heads are
+    # the draft (no draft model): its costs and acceptance are that proposer's
     draft_source: str = "draft"
     # the RPC servers the target's layers are on: every target step pays their round trip
     remote: tuple[str, ...] = ()
@@ -215,6 +216,30 @@ def _measure_draft(run: _Run, prompt: list[int], translated: bool) -> Callable[[
     return make_proposer
 
 
+def _measure_heads(run: _Run, prompt: list[int]) -> Callable[[], object]:
+    """A draft of 1..k_max tokens by the target's own MTP heads, each after the catch-up
+    a fully accepted step leaves them (k + 1 tokens); returns how to make the proposer."""
+    session = run.session
+    greedy, rng = SamplingParams(), np.random.default_rng(0)
+
+    def make_proposer():
+        return session.make_proposer(GenerationConfig(proposer="mtp", p_min=0.0))
+
+    proposer = make_proposer()  # the target keeps its hidden states from here on
+    session.target.ctx.prefill(prompt[:-1], logits=False)
+
+    def draft(k: int) -> None:
+        proposer.heads.rollback(max(0, min(len(proposer.heads.history), len(prompt) - 1 - k)))
+        proposer.propose(prompt, lambda source, m: k, greedy, rng)
+
+    draft(1)
+    lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
+    for k in range(1, run.k_max + 1):
+        run.step(f"measuring a draft of {k} tokens by the MTP heads", lo + DRAFT_SHARE * k / run.k_max)
+        run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
+    return make_proposer
+
+
 def _measure_acceptance(run: _Run, prompt: list[int], make_proposer, tokens: int) -> PositionAcceptance:
     """The draft's acceptance per position, from a short greedy run drafting k_max."""
     lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE
@@ -270,8 +295,14 @@ def calibrate(
 
     acceptance = None
     translated = bool(getattr(session, "translated", False))
+    source = "translated" if translated else "draft"
+    heads = getattr(session, "mtp", None)
     if session.draft is not None:
         make_proposer = _measure_draft(run, prompt, translated)
+        acceptance = _measure_acceptance(run, prompt, make_proposer, acceptance_tokens)
+    elif heads is not None and not heads.refusal():  # no draft model: the target's own MTP heads draft
+        source = "mtp"
+        make_proposer = _measure_heads(run, prompt)
         acceptance = _measure_acceptance(run, prompt, make_proposer, acceptance_tokens)
     session.reset()
     mem = session.memory()
@@ -286,7 +317,7 @@ def calibrate(
         k_max=k_max,
         drift=kernel_drift,
         quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
-        draft_source="translated" if translated else "draft",
+        draft_source=source,
         remote=tuple(getattr(session.target.spec, "rpc", ()) or ()),
     )
     if loop:
@@ -358,7 +389,7 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     for k, n in hist.items():
         if n <= 0:
             continue
-        d = cal.draft_ratio(k) if proposer in ("draft", "translated") and k > 0 else 0.0
+        d = cal.draft_ratio(k) if proposer in ("draft", "translated", "mtp") and k > 0 else 0.0
         total += n * (cal.verify_ratio(k + 1) + d)
     if proposer == "hybrid":
         # only the steps the draft model drafted cost draft time; lookups are free

@@ -236,7 +236,7 @@ def chat_messages(prompt: Prompt, t: int, answers: Sequence[str]) -> list[dict]:
 
 #: A token's provenance in a run's timeline: one letter for its kind, one for its source.
 KIND_CODES = {"target": "t", "accepted": "a", "correction": "c", "bonus": "b"}
-SOURCE_CODES = {"draft": "d", "translated": "t", "ngram": "n", "history": "h", "": "-"}
+SOURCE_CODES = {"draft": "d", "translated": "t", "ngram": "n", "history": "h", "mtp": "m", "": "-"}
 
 
 def timeline(gen: Generation) -> dict:

@@ -14,8 +14,10 @@ from ..bench.report import check_writable, markdown, remove_if_empty, write_repo
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
+from ..session.mtp import TargetHeads
 from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
-from .args import add_model_options, float_in, int_at_least, load_session, non_negative_int, positive_int
+from ..speculative.proposers import registry
+from .args import add_model_options, default_model_path, float_in, int_at_least, load_session, non_negative_int, positive_int
 from .output import dump_json, progress_bar
 
 
@@ -96,7 +98,9 @@ def cmd_bench(args) -> int:
     options = ComparisonOptions(bench=bench_options(args, warmup=not args.no_warmup), advisor=not args.no_advisor)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     created = check_writable(out)  # fail before any model work when the report could not be written
-    need_draft = any(c.needs_draft for c in configs) or not args.no_advisor
+    # the advisor calibrates the draft model, or the target's MTP heads where the configs draft with them
+    need_draft = any(c.needs_draft for c in configs) or (
+        not args.no_advisor and not any(registry.kind(c.proposer).needs_mtp for c in configs))
     try:
         with load_session(args, need_draft) as s:
             resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
@@ -140,7 +144,9 @@ def print_comparison_notes(res: ComparisonResult) -> None:
 
 
 def cmd_advise(args) -> int:
-    with load_session(args, need_draft=True) as s:
+    # a target with MTP heads that can draft is advised on them, unless a draft is named
+    target = args.target or default_model_path("target")
+    with load_session(args, need_draft=args.draft is not None or not TargetHeads.of_file(target).load) as s:
         bar, progress = comparison_progress("advise")
         with bar:
             cal = calibrate(s, progress=progress)

@@ -13,6 +13,7 @@ from ..library.defaults import default_models, is_present
 from ..library.discovery import scan
 from ..paths import models_dir, user_cache_dir, user_data_dir
 from ..session import backends, build_info, devices, gpu_build_hint, supports_gpu_offload
+from ..session.text import mtp_heads_text
 from ..session.remote import register_servers, reinstall_command, rpc_supported
 from .args import rpc_endpoints, use_rpc
 from .output import dump_json
@@ -62,8 +63,16 @@ def report(scan_library: bool = True) -> dict:
     if scan_library:
         lib = scan()
         out["models"] = [{"name": e.name, "path": str(e.path), "size_bytes": e.size, "usable": e.valid,
-                          "sources": list(e.sources), "error": e.error} for e in lib.entries if e.present]
+                          "sources": list(e.sources), "error": e.error, **_mtp(e.info)} for e in lib.entries if e.present]
     return out
+
+
+def _mtp(info: dict | None) -> dict:
+    """A model's multi-token-prediction heads (the mtp proposer drafts with them)."""
+    info = info or {}
+    heads, problem = info.get("mtp_heads") or 0, info.get("mtp_problem")
+    return {"mtp_heads": heads, "mtp_usable": bool(heads) and problem is None,
+            "mtp": mtp_heads_text(heads, problem, info.get("architecture") or "")}
 
 
 def _text(r: dict) -> str:
@@ -97,6 +106,9 @@ def _text(r: dict) -> str:
     if "models" in r:
         usable = sum(1 for m in r["models"] if m["usable"])
         lines.append(f"models found: {len(r['models'])} ({usable} usable; specdesk models list shows them)")
+        heads = [m for m in r["models"] if m.get("mtp_heads")]
+        lines.append(f"models with MTP heads (--proposer mtp): {len(heads) or 'none'}")
+        lines += [f"  {m['name']}: {m['mtp']}" for m in heads]
     for k, v in r["folders"].items():
         lines.append(f"{k} folder: {v}")
     return "\n".join(lines)

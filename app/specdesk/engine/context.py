@@ -108,8 +108,17 @@ class Context:
         # milliseconds of host time on a GPU. How many decodes changed the shape.
         self._last_shape: tuple[int, int] = (0, 0)
         self.shape_changes = 0
+        # Called after every decode with its first position and its tokens, while the
+        # rows it produced are still in llama.cpp's buffers (engine/mtp.py keeps the
+        # target's hidden states this way).
+        self.decode_observers: list[Callable[[int, Sequence[int]], None]] = []
 
     # -- protocol ------------------------------------------------------------------
+
+    @property
+    def ptr(self):
+        """llama.cpp's context (for engine modules that set it up further, e.g. mtp.py)."""
+        return self._ctx
 
     @property
     def n_vocab(self) -> int:
@@ -206,6 +215,8 @@ class Context:
             raise SpecDeskError(f"llama_decode failed with code {rc}")
         self.history.extend(map(int, tokens))
         self.evaluated += m
+        for observe in self.decode_observers:
+            observe(p0, tokens)
         shape = (m, m if all_rows else int(last_row))
         self.last_batch_first = first = shape not in self._shapes
         if first:

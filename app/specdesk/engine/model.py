@@ -150,6 +150,8 @@ class Model:
 
     ``progress`` is llama.cpp's load progress callback (0..1); returning False from it
     cancels the load, which then raises :class:`specdesk.errors.Cancelled`.
+    ``load_mtp`` also loads its multi-token-prediction (NextN) blocks, which llama.cpp
+    skips otherwise (engine/mtp.py drafts with them).
     """
 
     def __init__(
@@ -162,7 +164,7 @@ class Model:
         devices: list[int] | None = None,
         tensor_split: list[float] | None = None,
         rpc_endpoints: tuple[str, ...] = (),
-        repack: Sequence[str] = (),
+        repack: Sequence[str] = (), load_mtp: bool = False,
     ) -> None:
         """``repack``: the weight tensors to keep in llama.cpp's CPU_REPACK buffer where
         this build's extra buffers are off (:func:`amx_compiled`); each must be a
@@ -177,7 +179,8 @@ class Model:
         self._model = None
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        params.vocab_only = vocab_only
+        params.vocab_only = self.vocab_only = vocab_only
+        params.load_mtp = self.load_mtp = load_mtp
         self.repacked_by_name = 0  # weights sent to CPU_REPACK by name (AMX builds)
         if amx_compiled():
             params.use_extra_bufts = False  # llama.cpp's AMX kernels can crash: see amx_compiled
@@ -198,7 +201,6 @@ class Model:
             n = int(llama_cpp.llama_max_devices())
             self._split = (ctypes.c_float * n)(*(list(tensor_split)[:n] + [0.0] * max(0, n - len(tensor_split))))
             params.tensor_split = self._split
-        self.vocab_only = vocab_only
         cancelled = [False]
         interrupted = [False]  # Ctrl+C meanwhile (set by deferred_interrupt): stop the load
 

@@ -16,7 +16,7 @@ from .gguf import inspect_gguf, validate_gguf
 
 log = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: summaries say which models carry MTP heads
 
 
 def cache_path() -> Path:
@@ -109,6 +109,8 @@ def _summary(full: dict) -> dict:
         "embedding_length": full.get("embedding_length"),
         "has_chat_template": full.get("has_chat_template"),
         "tensor_types": full.get("tensor_types"),
+        "mtp_heads": full.get("mtp_heads"),
+        "mtp_problem": full.get("mtp_problem"),
     }
     s["quant"] = _quant(s)
     return s

@@ -31,10 +31,11 @@ from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import AutoK, Controller, FixedK
 from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
-from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
+from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
 from . import costcache, remote
 from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec, translated_refusal
+from .mtp import TargetHeads
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class LoadedModel:
 
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
-              placement: remote.Placement | None = None) -> LoadedModel:
+              placement: remote.Placement | None = None, load_mtp: bool = False) -> LoadedModel:
     spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
@@ -141,11 +142,11 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
     ngl = spec.n_gpu_layers if placement is None else placement.n_gpu_layers
     repack = weights_to_repack(spec.path, ngl)
     if placement is None:
-        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, repack=repack)
+        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, repack=repack, load_mtp=load_mtp)
     else:
         model = Model(spec.path, n_gpu_layers=ngl, progress=cb, devices=None if placement.device_names is None else handles(placement.device_names),
                       tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints,
-                      repack=repack)
+                      repack=repack, load_mtp=load_mtp)
     try:
         ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
     except BaseException:
@@ -174,10 +175,13 @@ def plan_target(spec: ModelSpec) -> remote.Placement | None:
 class Session:
     """A loaded target (and optionally a draft) with what has been learnt about them."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, compat: Compatibility | None = None) -> None:
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, compat: Compatibility | None = None,
+                 mtp: TargetHeads | None = None) -> None:
         self.target = target
         self.draft = draft
         self.compat = compat
+        # the target's own MTP heads (the mtp proposer), and why they cannot draft
+        self.mtp = mtp or TargetHeads.none(target.name)
         # Earlier turns of this session, for history lookups (bounded by tokens kept).
         self.history = HistoryProposer()
         # One auto controller per session: its measured costs and acceptance carry over
@@ -279,7 +283,8 @@ class Session:
         split = sizes[0] / max(1, sum(sizes))
         if placement is None:
             placement = plan_target(target)
-        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement)
+        heads = TargetHeads.of_file(target.path)
+        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, load_mtp=heads.load)
         try:
             d = None
             compat = None
@@ -294,7 +299,7 @@ class Session:
         except BaseException:
             t.close()
             raise
-        session = cls(t, d, compat)
+        session = cls(t, d, compat, heads)
         if remember_costs:
             session.remember_costs()
         return session
@@ -318,6 +323,7 @@ class Session:
         finally:
             self._costs_key = None
             try:
+                self.mtp.close()
                 if self.draft is not None:
                     self.draft.close()
                     self.draft = None
@@ -407,8 +413,17 @@ class Session:
         kind = registry.kind(self.proposer_name(config))
         if kind.needs_draft and self.draft is None:
             raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
+        if kind.needs_mtp and self.mtp.refusal():
+            raise SpecDeskError(self.mtp.refusal())
+        if not kind.needs_mtp:
+            self.mtp.idle()
         return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min),
-                                         history=self.history if history is None else history))
+                                         history=self.history if history is None else history,
+                                         mtp=lambda: self._mtp_proposer(config.p_min)))
+
+    def _mtp_proposer(self, p_min: float) -> Proposer:
+        """The target's own MTP heads as a proposer."""
+        return MtpProposer(self.mtp.heads(self.target.model, self.target.ctx), self.target.model.n_vocab, p_min=p_min)
 
     def _draft_proposer(self, p_min: float) -> Proposer:
         """The draft model as a proposer: in the target's vocabulary, or translated."""
@@ -488,6 +503,7 @@ class Session:
         """Empty both contexts, so the next run evaluates its whole prompt (fair timing,
         exact replays)."""
         self.target.ctx.rollback(0)
+        self.mtp.reset()
         if self.draft is not None:
             self.draft.ctx.rollback(0)
 
@@ -506,7 +522,7 @@ class Session:
     def memory(self, roles: Sequence[str] = ("target", "draft")) -> MemoryReport:
         models = []
         if "target" in roles:
-            models.append(self.target.memory())
+            models.append(self.mtp.with_heads(self.target.memory()))
         if "draft" in roles and self.draft is not None:
             models.append(self.draft.memory())
         return report(models)

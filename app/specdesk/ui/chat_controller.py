@@ -209,7 +209,7 @@ class ChatController(QObject):
 
     def _generate(self, history: list[dict], new_user_text: str | None = None, replaces: int | None = None) -> bool:
         s = self.host.session
-        cfg = self.host.settings.generation_config(has_draft=s.draft is not None)
+        cfg = self.host.settings.generation_config(has_draft=s.draft is not None, mtp_refusal=s.mtp.refusal())
         chat_id = self.chat_id
         steps_of = self.steps_of
 
@@ -252,7 +252,7 @@ class ChatController(QObject):
         self._auto = cfg.k == "auto"
         self.host.show_reference()
         self.view.begin_answer()
-        _, why = self.host.settings.proposer_for(has_draft=s.draft is not None)
+        _, why = self.host.settings.proposer_for(has_draft=s.draft is not None, mtp_refusal=s.mtp.refusal())
         self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}" + (f" · {why}" if why else ""))
         self.latency.start()
         task.start()

@@ -42,6 +42,7 @@ PROVENANCE = {
     "ngram": ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
     "history": ("#ffe8a8", "history", "copied from an earlier turn (history lookup) and kept by the target"),
     "translated": ("#c8f0e8", "translated", "drafted by a model with another vocabulary, re-tokenized, and kept by the target"),
+    "mtp": ("#ffd8e8", "MTP heads", "drafted by the target's own multi-token-prediction heads and kept by the target"),
     "correction": ("#ffcdb8", "correction", "the target's own token after it rejected a draft token"),
     "bonus": ("#c9ddff", "bonus", "the target's extra token after it accepted the whole draft"),
     "target": ("", "target", "a plain target step (nothing was drafted)"),
@@ -66,7 +67,7 @@ def _answer_format() -> QTextBlockFormat:
 
 
 def colour_key(kind: str, source: str) -> str:
-    if kind == "accepted" and source in ("ngram", "history", "translated"):
+    if kind == "accepted" and source in ("ngram", "history", "translated", "mtp"):
         return source
     return kind if kind in PROVENANCE else "target"
 
@@ -431,7 +432,7 @@ class Legend(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
         lay.setSpacing(10)
-        for key in ("accepted", "ngram", "history", "translated", "correction", "bonus"):
+        for key in ("accepted", "ngram", "history", "translated", "mtp", "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
             label = LEGEND_LABELS.get(key, label)
             sw = QLabel()

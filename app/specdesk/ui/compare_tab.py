@@ -55,6 +55,7 @@ from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suit
 from ..errors import SpecDeskError
 from ..fmt import format_bytes
 from ..session import needs_draft_model
+from ..speculative.proposers import registry
 from ..session.text import (
     claim_text,
     noise_text,
@@ -73,7 +74,8 @@ from .tasks import Task
 
 log = logging.getLogger(__name__)
 
-PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "ngram+history", "hybrid"]
+PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "ngram+history", "hybrid", "mtp:k=4",
+                  "mtp:auto"]
 DEFAULT_ON = {"draft:k=2", "draft:k=4", "draft:auto", "ngram"}
 CUSTOM_PROMPT = "(your prompt below)"
 
@@ -397,6 +399,8 @@ class CompareTab(QWidget):
             return
         if session.draft is None:
             configs = [c for c in configs if not c.needs_draft]
+        if session.mtp.refusal():  # the target's own MTP heads cannot draft
+            configs = [c for c in configs if not registry.kind(c.proposer).needs_mtp]
         if len(configs) < 2:
             self.error.emit("Choose at least one configuration besides target alone (draft configurations need a draft model).")
             return

@@ -44,7 +44,7 @@ from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
 from ..session import Session, devices, supports_gpu_offload
-from ..session.text import claim_text
+from ..session.text import claim_text, mtp_heads_text
 from .chat_controller import ChatController
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab
@@ -412,8 +412,12 @@ class MainWindow(QMainWindow):
 
     def _refresh_model_lists(self) -> None:
         models = self.catalog.known()
+        shown = self._picked_target or self.target_path
+        info = self.catalog.info_of(shown) if shown is not None else {}
+        heads = info.get("mtp_heads") if info.get("mtp_problem") is None else None
         self.model_bar.populate(models, self.catalog.name_of, self.target_path, self.draft_path,
-                                self._picked_target, self.catalog.pairing)
+                                self._picked_target, self.catalog.pairing,
+                                own_heads=mtp_heads_text(heads, None) if heads else None)
         self.empty_state.set_models(models)
 
     def _library_scanned(self, entries) -> None:
@@ -700,7 +704,8 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         if self.loading or self.compare.running:
             return
-        dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self)
+        dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self,
+                             mtp_refusal=self.session.mtp.refusal() if self.session is not None else None)
         if dlg.exec() != SettingsDialog.DialogCode.Accepted:
             return
         self.apply_settings(dlg.value())

@@ -75,6 +75,13 @@ class ModelCatalog(QObject):
                 seen[canonical(p)] = None
         return list(seen)
 
+    def info_of(self, path: Path) -> dict:
+        """The library's summary of ``path`` (architecture, MTP heads, ...); {} if unknown."""
+        for e in self.library.entries:
+            if Path(e.path).resolve() == path.resolve():
+                return e.info or {}
+        return {}
+
     def name_of(self, path: Path) -> str:
         for e in self.library.entries:
             if Path(e.path).resolve() == path.resolve():

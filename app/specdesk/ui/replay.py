@@ -38,7 +38,7 @@ from ..session.text import REPLAY_NOTE, replay_clock_text
 from .chat_view import PROVENANCE, colour_key
 
 KINDS = {"t": "target", "a": "accepted", "c": "correction", "b": "bonus"}
-SOURCES = {"d": "draft", "t": "translated", "n": "ngram", "h": "history", "-": ""}
+SOURCES = {"d": "draft", "t": "translated", "n": "ngram", "h": "history", "m": "mtp", "-": ""}
 TICK_MS = 30
 SPEEDS = (("1×", 1.0), ("2×", 2.0), ("4×", 4.0), ("½×", 0.5))
 

@@ -144,7 +144,7 @@ class ServeController(QObject):
             return
         s = self.tab.settings()
         self.queue.capacity = s.queue
-        cfg = self.host.settings.generation_config(has_draft=session.draft is not None)
+        cfg = self.host.settings.generation_config(has_draft=session.draft is not None, mtp_refusal=session.mtp.refusal())
         task = Task(lambda _t: _start_server(session, self.queue, s, cfg), "start server")
         self._starting = task
         task.succeeded.connect(lambda srv: self._started(srv, session, s))

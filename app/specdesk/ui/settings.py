@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from ..errors import SpecDeskError
 from ..session import PROPOSER_CHOICES, GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..speculative.proposers import registry
 from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
 from ..speculative.sampling import SamplingParams
@@ -35,8 +36,10 @@ log = logging.getLogger(__name__)
 #: The proposers a chat chooses from (translated is what draft runs as on a pair of two
 #: vocabularies), with their labels.
 PROPOSER_LABELS = {name: text.PROPOSER_LABELS[name] for name in PROPOSER_CHOICES}
-#: What a chat whose proposer needs a draft model runs while none is loaded.
+#: What a chat whose proposer needs a draft model runs while none is loaded (the
+#: target's own MTP heads where it carries usable ones).
 WITHOUT_DRAFT = "ngram"
+WITH_HEADS = "mtp"
 
 # The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
 # built from it, and a stored value outside it falls back to the default (see
@@ -143,15 +146,23 @@ class ChatSettings:
                 log.warning("ignoring the stored setting %s=%s (%s); using %r", f.name, _short(d[f.name]), why, default)
         return out
 
-    def proposer_for(self, has_draft: bool) -> tuple[str, str]:
+    def proposer_for(self, has_draft: bool, mtp_refusal: str | None = "") -> tuple[str, str]:
         """The proposer an answer runs, and why it is not the chat's own ("" when it is):
-        one that needs a draft model runs n-gram lookups while none is loaded, and says so."""
+        one that needs a draft model runs n-gram lookups while none is loaded (the
+        target's MTP heads where they can draft: ``mtp_refusal`` None), one that needs
+        MTP heads runs n-gram lookups on a target whose heads cannot (``mtp_refusal``
+        says why; "" when that is not known), and each says so."""
         if needs_draft_model(self.proposer) and not has_draft:
-            return WITHOUT_DRAFT, text.without_draft_text(self.proposer, WITHOUT_DRAFT)
+            instead = WITHOUT_DRAFT if mtp_refusal is not None else WITH_HEADS
+            return instead, text.without_draft_text(self.proposer, instead)
+        if registry.kind(self.proposer).needs_mtp and mtp_refusal is not None:
+            return WITHOUT_DRAFT, text.without_heads_text(self.proposer, WITHOUT_DRAFT)
         return self.proposer, ""
 
-    def generation_config(self, has_draft: bool) -> GenerationConfig:
-        proposer, _ = self.proposer_for(has_draft)
+    def generation_config(self, has_draft: bool, mtp_refusal: str | None = "") -> GenerationConfig:
+        """``mtp_refusal``: why the target's MTP heads cannot draft, None where they can
+        (a draft-model chat without a draft model then drafts with them)."""
+        proposer, _ = self.proposer_for(has_draft, mtp_refusal)
         return GenerationConfig(
             proposer=proposer,
             k="auto" if self.auto_k else max(1, self.k),
@@ -195,7 +206,10 @@ def save_defaults(s: ChatSettings) -> None:
 class SettingsDialog(QDialog):
     """Edit one chat's settings. Says which changes reload the models."""
 
-    def __init__(self, settings: ChatSettings, has_gpu: bool, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: ChatSettings, has_gpu: bool, parent: QWidget | None = None,
+                 mtp_refusal: str | None = None) -> None:
+        """``mtp_refusal``: why the loaded target's MTP heads cannot draft (their choice is
+        greyed out with it), None where they can or nothing is loaded."""
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.setObjectName("settingsDialog")
@@ -209,6 +223,18 @@ class SettingsDialog(QDialog):
             self.proposer.addItem(label, key)
         self.proposer.setCurrentIndex(list(PROPOSER_LABELS).index(settings.proposer))
         f.addRow("Proposer", self.proposer)
+        if mtp_refusal:
+            for name in registry.WITH_MTP:
+                i = self.proposer.findData(name)
+                self.proposer.setItemData(i, mtp_refusal, Qt.ItemDataRole.ToolTipRole)
+                item = self.proposer.model().item(i)
+                if item is not None:
+                    item.setEnabled(False)
+            self.mtp_note = QLabel(f"MTP heads: {mtp_refusal}")
+            self.mtp_note.setObjectName("mtpNote")
+            self.mtp_note.setWordWrap(True)
+            self.mtp_note.setStyleSheet("color:#868e96;")
+            f.addRow(self.mtp_note)
         krow = QHBoxLayout()
         self.auto_k = QCheckBox("auto")
         self.auto_k.setToolTip("Draft only as far as it pays, from measured costs and acceptance")

@@ -14,6 +14,7 @@ import gguf
 
 from .arrays import GGUFArray, StringArray
 from .estimate import estimate_memory, md_int
+from .mtp import mtp_heads
 from .split import merged, read_model
 from .rules import K
 
@@ -55,6 +56,7 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
     template = g.metadata.get(T.CHAT_TEMPLATE)
     name = g.metadata.get(K.General.NAME)
     vocab_type = g.metadata.get(T.MODEL)
+    mtp = mtp_heads(g)
     return {
         "path": str(g.path),
         "file_size": sum(part.file_size for part in parts),
@@ -77,4 +79,7 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         "bos_token_id": md_int(g, T.BOS_ID),
         "eos_token_id": md_int(g, T.EOS_ID),
         "memory": estimate_memory(g, 4096),
+        # multi-token-prediction (NextN) heads, and why they cannot draft (specdesk.rules.mtp), if so
+        "mtp_heads": mtp.heads,
+        "mtp_problem": mtp.problem if mtp.heads else None,
     }

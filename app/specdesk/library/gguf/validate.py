@@ -234,6 +234,9 @@ class _Validator:
             raise self.fail(f"{self.key(K.LLM.EMBEDDING_LENGTH)} is 0")
         if not 1 <= self.n_layer <= LLAMA_MAX_LAYERS:
             raise self.fail(f"{self.key(K.LLM.BLOCK_COUNT)} is {self.n_layer}; llama.cpp supports 1 to {LLAMA_MAX_LAYERS} layers")
+        nextn = self.md.get(self.key(K.LLM.NEXTN_PREDICT_LAYERS))
+        if isinstance(nextn, int) and nextn > self.n_layer:  # llama.cpp asserts it at every load: an abort
+            raise self.fail(f"{self.key(K.LLM.NEXTN_PREDICT_LAYERS)} is {nextn}, more than the {self.n_layer} blocks")
 
         n_expert = int(self.md.get(self.key(K.LLM.EXPERT_COUNT), 0))  # type: ignore[call-overload]
         n_used = int(self.md.get(self.key(K.LLM.EXPERT_USED_COUNT), 0))  # type: ignore[call-overload]

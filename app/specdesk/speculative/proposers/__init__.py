@@ -4,6 +4,7 @@ from .base import EMPTY_DRAFT, LOOKUP_SOURCES, MODEL_SOURCES, Budget, Draft, Pro
 from .draft_model import DraftModelProposer
 from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
+from .mtp import MtpBackend, MtpProposer
 from .ngram import NgramMatch, NgramProposer, find_ngram
 from .none import NoProposer
 from .translated import Tokenizer, TranslatedDraftProposer
@@ -20,6 +21,8 @@ __all__ = [
     "Draft",
     "DraftModelProposer",
     "HybridProposer",
+    "MtpBackend",
+    "MtpProposer",
     "NgramMatch",
     "NgramProposer",
     "NoProposer",

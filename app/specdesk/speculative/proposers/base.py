@@ -17,7 +17,7 @@ from ..sampling import SamplingParams, Warped
 Budget = Callable[[str, "int | None"], int]
 
 #: Sources that run a model to draft (they cost draft time and catch-up).
-MODEL_SOURCES = ("draft", "translated")
+MODEL_SOURCES = ("draft", "translated", "mtp")
 #: Sources that copy tokens from text already seen (free to propose; sized by match length).
 LOOKUP_SOURCES = ("ngram", "history")
 
@@ -31,7 +31,8 @@ class Draft:
     q: tuple[Warped, ...] | None = None
     # Where the tokens come from: "draft" (a draft model of the target's vocabulary),
     # "translated" (a draft model of another vocabulary, re-tokenized), "ngram" (copied
-    # from the prompt and the answer so far) or "history" (copied from earlier turns).
+    # from the prompt and the answer so far), "history" (copied from earlier turns) or
+    # "mtp" (the target's own multi-token-prediction heads).
     source: str = ""
     # Lookups: how many tokens matched; for "ngram", where in the sequence the copied
     # continuation starts (the lookup source shown in the app).

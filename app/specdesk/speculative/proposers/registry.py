@@ -31,6 +31,8 @@ class Parts:
 
     draft_model: Callable[[], Proposer] | None
     history: HistoryProposer
+    # the target's own MTP heads as a proposer (built on demand), where it carries them
+    mtp: Callable[[], Proposer] | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class ProposerKind:
     # True for the proposers that are not a session choice of their own but a name
     # the draft model takes on a pair: "translated" (see resolve)
     pair_dependent: bool = False
+    # True for the proposers that draft with the target's own MTP (NextN) heads
+    needs_mtp: bool = False
 
     @property
     def looks_up_history(self) -> bool:
@@ -54,6 +58,12 @@ def _draft(parts: Parts) -> Proposer:
     return parts.draft_model()
 
 
+def _mtp(parts: Parts) -> Proposer:
+    if parts.mtp is None:
+        raise ValueError("this proposer needs a target with MTP heads")
+    return parts.mtp()
+
+
 KINDS: tuple[ProposerKind, ...] = (
     ProposerKind("draft", True, ("draft",), _draft),
     ProposerKind("translated", True, ("translated",), _draft, pair_dependent=True),
@@ -62,6 +72,7 @@ KINDS: tuple[ProposerKind, ...] = (
                  lambda parts: HybridProposer(NoProposer(), history=parts.history)),
     ProposerKind("hybrid", True, ("ngram", "history", "draft"),
                  lambda parts: HybridProposer(_draft(parts), history=parts.history)),
+    ProposerKind("mtp", False, ("mtp",), _mtp, needs_mtp=True),
     ProposerKind("none", False, (), lambda parts: NoProposer()),
 )
 
@@ -71,8 +82,10 @@ REGISTRY: dict[str, ProposerKind] = {k.name: k for k in KINDS}
 NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 #: The names a user chooses for a generation (``translated`` follows from the pair).
 CHOICES: tuple[str, ...] = tuple(k.name for k in KINDS if not k.pair_dependent)
-#: The proposers that work without a draft model.
-WITHOUT_DRAFT: tuple[str, ...] = tuple(k.name for k in KINDS if not k.needs_draft)
+#: The proposers that work with any target alone (no draft model, no MTP heads).
+WITHOUT_DRAFT: tuple[str, ...] = tuple(k.name for k in KINDS if not k.needs_draft and not k.needs_mtp)
+#: The proposers that draft with the target's own MTP heads.
+WITH_MTP: tuple[str, ...] = tuple(k.name for k in KINDS if k.needs_mtp)
 
 
 def kind(name: str) -> ProposerKind:
