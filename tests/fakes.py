@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from specdesk.errors import Cancelled
 from specdesk.speculative.backend import common_prefix_length
+from specdesk.speculative.shapes import ShapeTimer
 from specdesk.speculative.sampling import warp
 
 
@@ -168,6 +169,10 @@ class FakeBackend:
         self._sizes: set[int] = set()
         self.last_batch_first = False
         self._last_batch = 0
+        self.last_shape_changed = False
+        self.last_reshape_seconds = 0.0
+        self._timer = ShapeTimer()
+        self.shape_changes = 0
 
     @property
     def n_vocab(self) -> int:
@@ -207,6 +212,7 @@ class FakeBackend:
             self.clock.last = self
             self.clock.advance(seconds)
             self.native_seconds += seconds
+            self._shape_timed((len(tokens), len(tokens) if all_rows else 1), seconds)
         out = np.stack(rows)
         out = out if all_rows else out[-1:]
         if fn is not None:
@@ -214,6 +220,18 @@ class FakeBackend:
             return fn(out)
         self.logits_bytes_copied += out.nbytes
         return out
+
+    @property
+    def reshape_cost(self) -> float:
+        return self._timer.cost if self.report_setup else float("nan")
+
+    def _shape_timed(self, shape, seconds: float) -> None:
+        """As the engine learns what its changes of batch shape cost (a scripted
+        backend whose set-up is silent, ``report_setup`` off, hides them too)."""
+        if not self.report_setup:
+            return
+        self.last_shape_changed, self.last_reshape_seconds = self._timer.record(shape, seconds)
+        self.shape_changes = self._timer.changes
 
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel=None, fn=None):
         if cancel is not None and cancel():
@@ -393,6 +411,7 @@ class _Role:
         self.model = SimpleNamespace(n_vocab=ctx.n_vocab, kv_bytes_per_token=lambda: 28 * 1024.0)
         self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0, n_ctx=ctx.n_ctx)
         self.nbytes = nbytes
+        self.name = self.spec.path.name
 
 
 class FakeSession:

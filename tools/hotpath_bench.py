@@ -551,13 +551,13 @@ def floor_check(args) -> int:
 
     def loop(stubbed: bool = False) -> float:
         if stubbed:
-            from specdesk.speculative import controller as controller_mod
+            from specdesk.speculative import auto as auto_mod, controller as controller_mod
             from specdesk.speculative import stats as stats_mod
 
-            saved = [(controller_mod.AutoK, "observe"), (controller_mod.FixedK, "observe"),
+            saved = [(auto_mod.AutoK, "observe"), (controller_mod.FixedK, "observe"),
                      (stats_mod.Stats, "copy"), (stats_mod.Stats, "record_decision")]
             saved = [(cls, name, cls.__dict__[name]) for cls, name in saved]
-            controller_mod.AutoK.observe = controller_mod.FixedK.observe = lambda self, cost: None
+            auto_mod.AutoK.observe = controller_mod.FixedK.observe = lambda self, cost: None
             stats_mod.Stats.copy = lambda self: self
             stats_mod.Stats.record_decision = lambda self, key, text: None
             try:

@@ -9,7 +9,7 @@ not how busy the machine was between two runs."""
 from __future__ import annotations
 
 from specdesk.session import GenerationConfig, ModelSpec, Session, compare
-from specdesk.speculative.controller import AutoK
+from specdesk.speculative.auto import AutoK
 
 PROMPT = "List five rivers of Europe, one per line, with their length."
 

@@ -11,7 +11,8 @@ from specdesk.bench.configs import BenchConfig, ConfigError, parse_configs
 from specdesk.bench.runner import BenchOptions, paired_ratios, run_bench, schedule, summarize
 from specdesk.bench.suites import Prompt, Suite
 from specdesk.session import Generation
-from specdesk.speculative.controller import AutoK, FixedK
+from specdesk.speculative.controller import FixedK
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import DraftModelProposer, HybridProposer, NgramProposer, NoProposer

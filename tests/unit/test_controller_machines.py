@@ -7,7 +7,8 @@ loop as a whole does not."""
 import numpy as np
 import pytest
 from fakes import FakeBackend, FakeClock, FakeModel, ScriptedModel, edited, linear_cost
-from specdesk.speculative.controller import CHEAPER, AutoK, FixedK
+from specdesk.speculative.controller import CHEAPER, FixedK
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import DraftModelProposer, NgramProposer, NoProposer
 from specdesk.speculative.sampling import SamplingParams

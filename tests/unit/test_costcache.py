@@ -8,7 +8,8 @@ import pytest
 
 from specdesk import files
 from specdesk.session import costcache
-from specdesk.speculative.controller import AutoK, StepCost
+from specdesk.speculative.controller import StepCost
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.costmodel import CostModel
 
 
@@ -47,7 +48,7 @@ def test_costs_round_trip_with_a_capped_weight():
         fresh.observe(StepCost("", None, 0, 0, 0.0, 0.2, emitted=1, step_seconds=0.2, decision=fresh.take_decision()))
     fresh.budget("draft", 2, 400)
     assert abs(fresh.source_ratio("draft")[0] - r) < 1e-9
-    assert fresh._sources["draft"].n <= 4
+    assert fresh.judges.sources["draft"].n <= 4
 
 
 def test_a_restored_controller_skips_the_exploring():

@@ -7,7 +7,8 @@ import pytest
 
 from specdesk.errors import Cancelled
 from fakes import FakeBackend, FakeModel, exact_joint, pooled_chi_square
-from specdesk.speculative.controller import AutoK, FixedK
+from specdesk.speculative.controller import FixedK
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import (
     DraftModelProposer,

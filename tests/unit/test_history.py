@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fakes import FakeBackend, FakeModel
-from specdesk.speculative.controller import AutoK, FixedK
+from specdesk.speculative.controller import FixedK
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import NoProposer
 from specdesk.speculative.proposers.history import HistoryIndex, HistoryProposer

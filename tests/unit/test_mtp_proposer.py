@@ -6,7 +6,8 @@ import pytest
 
 from fake_mtp import FakeHeads
 from fakes import FakeBackend, FakeModel, exact_joint, pooled_chi_square
-from specdesk.speculative.controller import AutoK, FixedK
+from specdesk.speculative.controller import FixedK
+from specdesk.speculative.auto import AutoK
 from specdesk.speculative.decoder import speculate
 from specdesk.speculative.proposers import MODEL_SOURCES, MtpProposer, NoProposer, registry
 from specdesk.speculative.sampling import SamplingParams

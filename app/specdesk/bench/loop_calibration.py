@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from ..errors import Cancelled
 from ..session.text import advisor_progress_text
-from ..speculative.controller import AutoK
+from ..speculative.auto import AutoK
 from ..speculative.sampling import SamplingParams
 from . import stats
 from .configs import BenchConfig

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import Cancelled, ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
+from ..speculative.shapes import ShapeTimer
 from .backend import deferred_interrupt
 from .model import Buffer, Model, capture_buffers, default_threads
 from .rpc import check_alive, gone
@@ -106,8 +107,9 @@ class Context:
         # rows of logits asked for; see llama_context::process_ubatch); each change
         # builds and allocates the graph again, and on CUDA re-captures its CUDA graph:
         # milliseconds of host time on a GPU. How many decodes changed the shape.
-        self._last_shape: tuple[int, int] = (0, 0)
-        self.shape_changes = 0
+        self._shapes_timed = ShapeTimer()
+        self.last_shape_changed = False
+        self.last_reshape_seconds = 0.0  # of the last decode's time, what its change of shape cost
         # Called after every decode with its first position and its tokens, while the
         # rows it produced are still in llama.cpp's buffers (engine/mtp.py keeps the
         # target's hidden states this way).
@@ -221,9 +223,15 @@ class Context:
         self.last_batch_first = first = shape not in self._shapes
         if first:
             self._shapes.add(shape)
-        if shape != self._last_shape:
-            self.shape_changes += self._last_shape[0] > 0
-            self._last_shape = shape
+        self.last_shape_changed, self.last_reshape_seconds = self._shapes_timed.record(shape, t2 - t0)
+
+    @property
+    def shape_changes(self) -> int:
+        return self._shapes_timed.changes
+
+    @property
+    def reshape_cost(self) -> float:
+        return self._shapes_timed.cost
 
     def _view(self, n_out: int) -> np.ndarray:
         """The last decode's ``n_out`` logits rows, read-only, where llama.cpp keeps

@@ -28,7 +28,8 @@ from ..fmt import format_bytes
 from ..library.gguf import estimate_memory, validate_gguf
 from ..library.gguf.estimate import repacked_tensors
 from ..library.gguf.split import first_part, model_size, split_count
-from ..speculative.controller import AutoK, Controller, FixedK
+from ..speculative.controller import Controller, FixedK
+from ..speculative.auto import AutoK
 from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, Proposer, TranslatedDraftProposer, registry
@@ -181,7 +182,7 @@ class Session:
         self.draft = draft
         self.compat = compat
         # the target's own MTP heads (the mtp proposer), and why they cannot draft
-        self.mtp = mtp or TargetHeads.none(target.name)
+        self.mtp = mtp or TargetHeads.none(target.name if target is not None else "")
         # Earlier turns of this session, for history lookups (bounded by tokens kept).
         self.history = HistoryProposer()
         # One auto controller per session: its measured costs and acceptance carry over

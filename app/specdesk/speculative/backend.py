@@ -46,6 +46,15 @@ class Backend(Protocol):
     # for) from the one before: each makes llama.cpp build its graph again, which costs
     # milliseconds on a GPU. A loop in its steady state keeps this from growing.
     shape_changes: int
+    # ... whether the last eval was such a change, and the seconds of it the change is
+    # taken to have cost (see speculative.shapes).
+    last_shape_changed: bool
+    last_reshape_seconds: float
+
+    @property
+    def reshape_cost(self) -> float:
+        """What a change of batch shape is taken to cost this context (NaN before one
+        was measured)."""
 
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
                 fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:

@@ -74,6 +74,10 @@ class CostModel:
     # steps timed (then a slow average), steadier than ``verify[1]``, which follows
     # the last few steps so that auto reacts quickly to a busier machine.
     reference: RunningCost = field(default_factory=lambda: RunningCost(warm=256, decay=0.01))
+    # One single-token decode of the draft model while it drafts on (no shape change):
+    # a draft of k tokens then costs k + 1 of them (its catch-up of the target's token
+    # and its k tokens), where no call of that length was measured whole.
+    draft_decode: RunningCost = field(default_factory=RunningCost)
 
     def observe_verify(self, batch: int, seconds: float) -> None:
         rc = self.verify.get(batch)
@@ -95,6 +99,10 @@ class CostModel:
             if rc is None:
                 rc = self.draft[k] = RunningCost()
             rc.add(seconds)
+
+    def observe_draft_decode(self, seconds: float) -> None:
+        if seconds > 0:
+            self.draft_decode.add(seconds)
 
     def set_verify(self, batch: int, seconds: float) -> None:
         rc = RunningCost()
@@ -152,6 +160,8 @@ class CostModel:
             return 0.0
         if k in self.draft:
             return self.draft[k].value
+        if self.draft_decode.n:
+            return (k + 1) * self.draft_decode.value
         pts = sorted((kk, rc.value) for kk, rc in self.draft.items())
         step = self.step_cost or 0.0
         if not pts:
@@ -229,7 +239,9 @@ class CostModel:
 
     def to_dict(self) -> dict:
         """Seconds per verify batch and per draft call, and how many measurements each rests on."""
+        d_decode = {"draft_decode": [self.draft_decode.value, self.draft_decode.n]} if self.draft_decode.n else {}
         return {
+            **d_decode,
             "verify": {str(b): rc.value for b, rc in sorted(self.verify.items())},
             "draft": {str(k): rc.value for k, rc in sorted(self.draft.items())},
             "counts": {
@@ -254,6 +266,14 @@ class CostModel:
                 if not (math.isfinite(value) and value > 0 and size > 0 and n > 0):
                     continue  # a damaged entry is simply not used
                 target[size] = RunningCost.seeded(value, min(n, weight) if weight else n)
+        dd = d.get("draft_decode")
+        if isinstance(dd, (list, tuple)) and len(dd) == 2:
+            try:
+                value, n = float(dd[0]), int(dd[1])
+            except (TypeError, ValueError):
+                value, n = 0.0, 0
+            if math.isfinite(value) and value > 0 and n > 0:
+                cm.draft_decode = RunningCost.seeded(value, min(n, weight) if weight else n)
         return cm
 
 

@@ -273,7 +273,9 @@ class _Loop:
             source=draft.source, match_length=draft.match_length, drafted=len(draft_tokens), accepted=accepted,
             judged=drafted, emitted=len(emitted), draft_seconds=t_draft, verify_seconds=t_verify,
             step_seconds=t_step, draft_synced=draft.synced, decision=decision,
-            verify_setup=self.target.last_batch_first,
+            verify_setup=self.target.last_batch_first, verify_reshape=self.target.last_reshape_seconds,
+            verify_change_cost=self.target.reshape_cost,
+            draft_reshape=draft.reshape, draft_steady=draft.steady,
         ))
         return drafted, accepted
 

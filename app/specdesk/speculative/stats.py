@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .proposers.base import MODEL_SOURCES
+from .proposers.base import Source
 
 
 def _grow(xs: list[int], n: int) -> None:
@@ -52,7 +52,7 @@ class Stats:
         self.steps += 1
         if n_drafted:
             self.draft_steps += 1
-            if source in MODEL_SOURCES:
+            if Source.of(source).is_model:
                 _grow(self.model_draft_lengths, n_drafted)
                 self.model_draft_lengths[n_drafted - 1] += 1
         self.drafted += n_drafted

@@ -1,6 +1,6 @@
 """Proposers: where draft tokens come from. One small interface, one file each."""
 
-from .base import EMPTY_DRAFT, LOOKUP_SOURCES, MODEL_SOURCES, Budget, Draft, Proposer
+from .base import EMPTY_DRAFT, LOOKUP_SOURCES, MODEL_SOURCES, Budget, Draft, Proposer, Source
 from .draft_model import DraftModelProposer
 from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
@@ -13,6 +13,7 @@ __all__ = [
     "EMPTY_DRAFT",
     "LOOKUP_SOURCES",
     "MODEL_SOURCES",
+    "Source",
     "HistoryIndex",
     "HistoryProposer",
     "Tokenizer",

@@ -16,10 +16,42 @@ from ..sampling import SamplingParams, Warped
 # on before it can draft (after n-gram steps or target-alone steps it falls behind).
 Budget = Callable[[str, "int | None"], int]
 
+
+
+class Source(str):
+    """Where a draft comes from: its name (a str, as the statistics and the app key
+    by it) with what the controller needs to know of it, read once per step instead of
+    a name checked against lists: ``is_model`` (it runs a model to draft: it costs
+    draft time, and a catch-up after steps it sat out) or ``is_lookup`` (it copies
+    tokens from text already seen: free to propose, sized by the match length)."""
+
+    is_model: bool
+    is_lookup: bool
+
+    def __new__(cls, name: str, *, model: bool = False, lookup: bool = False) -> "Source":
+        s = super().__new__(cls, name)
+        s.is_model, s.is_lookup = model, lookup
+        return s
+
+    @classmethod
+    def of(cls, name: str) -> "Source":
+        """The source called ``name`` (a plain name too: one restored from a file)."""
+        if isinstance(name, Source):
+            return name
+        return SOURCES.get(name) or cls(name)
+
+
+DRAFT = Source("draft", model=True)  # a draft model of the target's vocabulary
+TRANSLATED = Source("translated", model=True)  # a draft model of another vocabulary, re-tokenized
+MTP = Source("mtp", model=True)  # the target's own multi-token-prediction heads
+NGRAM = Source("ngram", lookup=True)  # copied from the prompt and the answer so far
+HISTORY = Source("history", lookup=True)  # copied from earlier turns
+SOURCES = {s: s for s in (DRAFT, TRANSLATED, MTP, NGRAM, HISTORY)}
+
 #: Sources that run a model to draft (they cost draft time and catch-up).
-MODEL_SOURCES = ("draft", "translated", "mtp")
+MODEL_SOURCES = tuple(s for s in SOURCES if s.is_model)
 #: Sources that copy tokens from text already seen (free to propose; sized by match length).
-LOOKUP_SOURCES = ("ngram", "history")
+LOOKUP_SOURCES = tuple(s for s in SOURCES if s.is_lookup)
 
 
 @dataclass(frozen=True)
@@ -42,6 +74,13 @@ class Draft:
     confidence: tuple[float, ...] = ()
     # Tokens the draft model had to evaluate to catch up before drafting.
     synced: int = 0
+    # The draft model's single-token decodes of this draft that kept the batch shape
+    # (no graph rebuilt): their seconds and how many, what a decode costs while
+    # drafting goes on (a draft between target-alone steps pays shape changes besides).
+    steady: tuple[float, int] = (0.0, 0)
+    # ... and the seconds its decodes that changed the context's batch shape are taken
+    # to have paid for the change (see speculative.shapes).
+    reshape: float = 0.0
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import Backend, common_prefix_length
 from ..sampling import SamplingParams, TopToken, Warped, warp_support
-from .base import EMPTY_DRAFT, Budget, Draft
+from .base import DRAFT, EMPTY_DRAFT, Budget, Draft
 
 
 def _unread(rows: np.ndarray) -> None:
@@ -53,7 +53,7 @@ class DraftModelProposer:
         """Evaluate the prompt on the draft during the prompt phase (as the target
         does), unless the controller would not draft at all: then it stays lazy.
         Returns how many tokens it evaluated (a reused prefix is not evaluated)."""
-        if len(prompt) > 1 and budget("draft", 1) > 0:
+        if len(prompt) > 1 and budget(DRAFT, 1) > 0:
             self.ctx.prefill(list(prompt[:-1]), logits=False)
             return self.ctx.last_prefill_evaluated
         return 0
@@ -63,7 +63,7 @@ class DraftModelProposer:
         return len(seq) - min(common_prefix_length(self.ctx.history, seq), len(seq) - 1)
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        k = budget("draft", self.catch_up(seq))
+        k = budget(DRAFT, self.catch_up(seq))
         # The draft evaluates seq plus the k drafted tokens.
         k = min(k, self.ctx.n_ctx - len(seq))
         if k <= 0:
@@ -79,11 +79,14 @@ class DraftModelProposer:
             def pick(rows: np.ndarray):
                 return warp_support(rows[0, :n_common], params)
 
-        out = self.ctx.prefill(seq, fn=pick)
-        synced = self.ctx.last_prefill_evaluated
+        ctx = self.ctx
+        out = ctx.prefill(seq, fn=pick)
+        synced = ctx.last_prefill_evaluated
+        reshape = ctx.last_reshape_seconds if synced else 0.0
         tokens: list[int] = []
         confs: list[float] = []
         qs: list[Warped] = []
+        steady, n_steady = 0.0, 0
         for i in range(k):
             if params.greedy:
                 t, conf = out
@@ -99,15 +102,23 @@ class DraftModelProposer:
             tokens.append(t)
             confs.append(conf)
             # the last token's row is asked for and not read: the same shape as the rest
-            out = self.ctx.eval([t], all_rows=False, fn=pick if i + 1 < k else _unread)
+            t0 = ctx.native_seconds
+            out = ctx.eval([t], all_rows=False, fn=pick if i + 1 < k else _unread)
+            if ctx.last_shape_changed:
+                reshape += ctx.last_reshape_seconds
+            else:
+                steady += ctx.native_seconds - t0
+                n_steady += 1
         if not tokens:
-            return Draft(synced=synced, source="draft")
+            return Draft(synced=synced, source=DRAFT, reshape=reshape)
         return Draft(
             tokens=tuple(tokens),
             q=tuple(qs) if qs else None,
-            source="draft",
+            source=DRAFT,
             confidence=tuple(confs),
             synced=synced,
+            steady=(steady, n_steady),
+            reshape=reshape,
         )
 
     def reset(self) -> None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..sampling import SamplingParams
-from .base import EMPTY_DRAFT, Budget, Draft
+from .base import EMPTY_DRAFT, HISTORY, Budget, Draft
 
-SOURCE = "history"
+SOURCE = HISTORY
 _SEP = -1  # between documents: no n-gram spans it, no continuation crosses it
 
 

@@ -28,11 +28,11 @@ import numpy as np
 
 from ..backend import common_prefix_length
 from ..sampling import SamplingParams, TopToken, Warped, warp_support
-from .base import EMPTY_DRAFT, Budget, Draft
+from .base import EMPTY_DRAFT, MTP, Budget, Draft
 
 T = TypeVar("T")
 
-SOURCE = "mtp"
+SOURCE = MTP
 
 
 class MtpBackend(Protocol):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backend import common_prefix_length
 from ..sampling import SamplingParams
-from .base import EMPTY_DRAFT, Budget, Draft
+from .base import EMPTY_DRAFT, NGRAM, Budget, Draft
 
 
 @dataclass(frozen=True)
@@ -172,10 +172,10 @@ class NgramProposer:
         """The draft for a match, as long as the controller wants it."""
         if m is None:
             return EMPTY_DRAFT
-        k = min(budget("ngram", m.length), len(m.tokens))
+        k = min(budget(NGRAM, m.length), len(m.tokens))
         if k <= 0:
             return EMPTY_DRAFT
-        return Draft(tokens=m.tokens[:k], source="ngram", match_length=m.length, match_start=m.start)
+        return Draft(tokens=m.tokens[:k], source=NGRAM, match_length=m.length, match_start=m.start)
 
     def reset(self) -> None:
         pass

@@ -48,12 +48,12 @@ import numpy as np
 
 from ..backend import Backend, common_prefix_length
 from ..sampling import SamplingParams, TopToken
-from .base import EMPTY_DRAFT, Budget, Draft
+from .base import EMPTY_DRAFT, TRANSLATED, Budget, Draft
 from .text_align import TokenText, Tokenizer, common_bytes, complete_utf8, is_continuation, tokenize_span
 
 __all__ = ["SOURCE", "Tokenizer", "TranslatedDraftProposer", "common_bytes", "complete_utf8", "tokenize_span"]
 
-SOURCE = "translated"
+SOURCE = TRANSLATED
 
 
 class TranslatedDraftProposer:

@@ -1,0 +1,153 @@
+"""What a step teaches auto: the component costs as a steady run of drafting would
+pay them (:class:`Measurements`), the acceptance, the judges' outcomes, the budget's
+spending and target alone's cost (:func:`observe`, :func:`observe_prefill`, over the
+policy's parts)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..controller import EXPLORE, StepCost
+from ..costmodel import CostModel, PositionAcceptance, RunningCost
+from ..proposers.base import Source
+from .outcomes import band, source_of
+
+
+class Measurements:
+    """The costs a step shows, taken as a steady run pays them. A verify batch that
+    changed the target's shape is taken less what the change cost; one whose change
+    was not priced yet (NaN) is held until the target's change cost is known. The
+    draft's calls are taken less their changes where priced (whole where not), its
+    steady single decodes on their own, and a catch-up's seconds apart."""
+
+    def __init__(self, costs: Callable[[], CostModel], catch_up: Callable[[], RunningCost],
+                 prior_catch_up_share: float) -> None:
+        self._costs, self._catch_up, self.prior_catch_up_share = costs, catch_up, prior_catch_up_share
+        self.unpriced: list[tuple[int, float]] = []  # (batch size, seconds) with an unpriced change
+        self.verify_seen: dict[int, int] = {}  # batch size -> the step it was last timed
+
+    def catch_up_seconds_per_token(self) -> float:
+        cu = self._catch_up()
+        return cu.value if cu.n else self.prior_catch_up_share * self._costs().draft_cost(1)
+
+    def catch_up_price(self, behind: int | None) -> float:
+        """Seconds the draft model needs to catch up on ``behind`` tokens, beyond the
+        one or two every draft call evaluates."""
+        return self.catch_up_seconds_per_token() * max(0, (behind or 0) - 2)
+
+    def verify(self, cost: StepCost, now: int) -> None:
+        costs = self._costs()
+        b = cost.drafted + 1
+        if not cost.verify_setup:  # a one-off would make the size look dearer
+            if math.isnan(cost.verify_reshape):
+                self.unpriced = self.unpriced[-7:] + [(b, cost.verify_seconds)]
+            else:
+                costs.observe_verify(b, cost.verify_seconds - cost.verify_reshape)
+                self.verify_seen[b] = now
+        if self.unpriced and not math.isnan(cost.verify_change_cost):
+            for size, seconds in self.unpriced:
+                costs.observe_verify(size, max(0.0, seconds - cost.verify_change_cost))
+                self.verify_seen[size] = now
+            self.unpriced = []
+
+    def draft(self, cost: StepCost) -> float:
+        """The draft model's costs; returns the seconds of the call that were a catch-up
+        (what the draft missed while it sat out steps)."""
+        costs, catch_up = self._costs(), self._catch_up()
+        s, n = cost.draft_steady
+        if n:
+            costs.observe_draft_decode(s / n)
+        seconds = cost.draft_seconds - (0.0 if math.isnan(cost.draft_reshape) else cost.draft_reshape)
+        if cost.draft_synced <= 2:
+            costs.observe_draft(cost.drafted, seconds)
+            return 0.0
+        caught_up = 0.0
+        if costs.draft_measured(cost.drafted):
+            caught_up = max(0.0, seconds - costs.draft_cost(cost.drafted))
+            catch_up.add(caught_up / (cost.draft_synced - 2))
+        elif catch_up.n:
+            # a first draft that had to catch up: its catch-up at the measured prefill
+            # cost, the rest is what drafting costs
+            caught_up = min(seconds, self.catch_up_price(cost.draft_synced))
+            costs.observe_draft(cost.drafted, seconds - caught_up)
+        return caught_up
+
+    def target_stale(self, since: int) -> bool:
+        """Target alone's step looks dearer than a verify batch measured since: a batch
+        of several tokens cannot cost less than one, so the step was timed while
+        something slowed it; time it again."""
+        costs = self._costs()
+        one = costs.verify.get(1)
+        if one is None:
+            return False
+        if any(b > 1 and s < 0.8 * one.value for b, s in self.unpriced):  # even with a change of shape in it
+            return True
+        seen = self.verify_seen
+        return any(b > 1 and seen.get(b, -1) > since and rc.value < 0.8 * one.value for b, rc in costs.verify.items())
+
+
+def observe(auto, cost: StepCost) -> None:
+    """One step into ``auto`` (an :class:`~.policy.AutoK`)."""
+    auto._t += 1
+    auto.explore.tokens += cost.emitted
+    src = Source.of(cost.source)
+    auto.measured.verify(cost, auto._t)
+    caught_up = auto.measured.draft(cost) if cost.drafted > 0 and src.is_model else 0.0
+    if cost.drafted > 0:
+        key = auto._arm_key(src, cost.match_length)
+        pa = auto.acceptance.get(key)
+        if pa is None:
+            pa = auto.acceptance[key] = PositionAcceptance()
+        pa.record(cost.judged_drafted, cost.accepted)
+        auto.prior.seen[key] = auto.prior.seen.get(key, 0) + 1
+    if cost.emitted <= 0 or cost.step_seconds <= 0:
+        return
+    d = cost.decision
+    k = d.k if d is not None and d.arm else 0
+    auto.prior.learn_loop(d.source if k else "", cost.step_seconds - caught_up,
+                          cost.verify_seconds + cost.draft_seconds - caught_up)
+    if k == 0:
+        _target_step(auto, cost)
+        return
+    dsrc = Source.of(d.source)
+    auto._after_draft = dsrc.is_model  # a lookup evicts nothing
+    t = auto.target_alone()
+    if t is None:
+        return
+    auto.explore.charge(cost.step_seconds - cost.emitted * t[0])  # what drafting cost, or won (< 0)
+    if d.reason != EXPLORE:  # the band a person is shown: one its judge has seen
+        auto._last_band[d.arm] = band(k, dsrc)
+    auto._last_k[d.arm] = k
+    auto.judges.add(d.arm, k, auto._kmax(dsrc), cost.emitted, cost.step_seconds, caught_up, auto._t,
+                    judged=d.reason != EXPLORE)  # the judge weighs drafting where the estimate says it pays
+
+
+def _target_step(auto, cost: StepCost) -> None:
+    """Target alone as it runs alone: a step right after the draft model ran pays for it
+    (its weights took the caches, its batch shape the graph), which is charged to
+    drafting."""
+    drafting = any(source_of(j).is_model for j in auto.judges.drafting)
+    if auto._after_draft and not drafting:
+        t = auto.target_alone()
+        if t is not None:
+            auto.explore.charge(max(0.0, cost.step_seconds - cost.emitted * t[0]), entry=auto._after_prefill)
+    auto._after_prefill = False
+    if not auto._after_draft and auto.reference.observe(auto._t, cost.step_seconds / cost.emitted):
+        # the steps counted so far were slowed: what drafting seemed to win against
+        # them was no win, and the component model's own target step was slowed too
+        auto.explore.spent = max(0.0, auto.explore.spent)
+        auto.costs.set_verify(1, cost.verify_seconds)
+        auto.prior.clear()
+    auto._after_draft = False
+
+
+def observe_prefill(auto, tokens: int, seconds: float) -> None:
+    """The draft's prompt prefill: what a catch-up costs per token, and, unless its
+    drafting was measured cheaper, a cost of exploring."""
+    if tokens > 2 and seconds >= 0:
+        auto.catch_up.add(seconds / tokens)
+    auto._after_draft = auto._after_prefill = True
+    drafting = any(source_of(j).is_model for j in auto.judges.drafting)
+    if seconds > 0 and not drafting:
+        auto.explore.charge(seconds, entry=True)
