@@ -18,7 +18,15 @@ import llama_cpp
 
 from ..errors import Cancelled, ModelFileError, SpecDeskError
 from ..rules import kv
-from .backend import Buffer, capture_buffers, clear_native_errors, deferred_interrupt, ensure_backend, last_native_error
+from .backend import (
+    Buffer,
+    capture_buffers,
+    clear_native_errors,
+    deferred_interrupt,
+    ensure_backend,
+    last_native_error,
+    native_callback,
+)
 from .devices import backends
 from .rpc import gone
 from ..rules.vocab import VocabInfo
@@ -202,6 +210,7 @@ class Model:
         cancelled = [False]
         interrupted = [False]  # Ctrl+C meanwhile (set by deferred_interrupt): stop the load
 
+        @native_callback
         def _cb(p: float, _user: ctypes.c_void_p) -> bool:
             if interrupted[0]:
                 return False
