@@ -250,7 +250,7 @@ class DropOverlay(QLabel):
         size, pad = ("15px", 12) if picker is not None else ("17px", 24)
         self.setStyleSheet(f"QLabel#dropOverlay {{ color: {fg}; background: {bg}; border: 3px dashed {border}; "
                            f"border-radius: 10px; font-size: {size}; font-weight: 600; padding: {pad}px; }}")
-        mark = "" if land.ok else "⏳ " if land.checking else "⛔ "
+        mark = "" if land.ok or land.checking else "⛔ "
         self.setText(("⬆ " if picker is not None else "⬇ " if land.ok else "") + mark + land.text)
         inner = area.adjusted(12, 12, -12, -12)
         if picker is None:
