@@ -210,7 +210,6 @@ class Model:
         cancelled = [False]
         interrupted = [False]  # Ctrl+C meanwhile (set by deferred_interrupt): stop the load
 
-        @native_callback
         def _cb(p: float, _user: ctypes.c_void_p) -> bool:
             if interrupted[0]:
                 return False
@@ -225,7 +224,7 @@ class Model:
                 cancelled[0] = True
             return keep_going
 
-        self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
+        self._progress_cb = llama_cpp.llama_progress_callback(native_callback(_cb))  # keep a reference
         params.progress_callback = self._progress_cb
         clear_native_errors()
         # os.fsencode: the path's own bytes (a file name that is not UTF-8 comes back as them)
