@@ -26,6 +26,9 @@ USER_FOLDERS = {
 }
 # Set outside, these would lead a test's download or scan to the user's own caches.
 USER_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "OLLAMA_MODELS")
+# The keyring library's backend for the whole run: none (as on a machine without a keyring),
+# never the user's own; a test that keeps a key picks one of its own (tests/keyring_file.py).
+TEST_SETTINGS = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
 _saved_env: dict[str, str | None] = {}  # the variables as the run found them
 _run_root: list[Path] = []
 
@@ -47,6 +50,9 @@ def pytest_configure(config):
         os.environ[var] = str(root / rel)
     for var in USER_CACHE_VARIABLES:
         _saved_env[var] = os.environ.pop(var, None)
+    for var, value in TEST_SETTINGS.items():
+        _saved_env[var] = os.environ.get(var)
+        os.environ[var] = value
 
 
 def pytest_unconfigure(config):

@@ -43,7 +43,8 @@ Fault switches: ``fail_after`` (drop the connection once a body reaches a byte o
 ``gate`` (require a token), ``corrupt`` (serve wrong bytes of the right size while the
 listing and headers still give the true sha256; ``from_byte`` spares the header, so only
 the tensor data is wrong), ``oversend`` (a body that goes on past the file's listed size),
-``set_rate`` (slow bodies down) and
+``unsized`` (no size anywhere: no ``X-Linked-Size``, bodies sent chunked without
+``Content-Length``, as a mirror may serve them), ``set_rate`` (slow bodies down) and
 ``hold``/``release`` (pause a body at a byte offset) and ``override_header`` (a hostile
 ``ETag``, ``X-Linked-Etag`` or ``X-Repo-Commit`` on ``/resolve``, as a malicious mirror
 would send); ``clear_faults`` removes them all. Every request is logged in
@@ -200,6 +201,7 @@ class _State:
     corrupt: dict[tuple[str | None, str], int] = field(default_factory=dict)  # -> first byte flipped
     extra: dict[tuple[str | None, str], int] = field(default_factory=dict)  # -> bytes sent past the end
     headers: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)
+    unsized: set[tuple[str | None, str]] = field(default_factory=set)
 
 
 class FakeHub:
@@ -339,6 +341,17 @@ class FakeHub:
         with self._lock:
             self._state.extra[(repo_id, filename)] = n_bytes
 
+    def unsized(self, filename: str, *, repo_id: str | None = None) -> None:
+        """Give no size for ``filename``: no ``X-Linked-Size`` on ``/resolve`` (nor a
+        ``Content-Length`` on its ``HEAD``), and its bodies sent with ``Transfer-Encoding:
+        chunked``. The listing's size is the test's to leave out."""
+        with self._lock:
+            self._state.unsized.add((repo_id, filename))
+
+    def _unsized(self, repo_id: str, filename: str) -> bool:
+        with self._lock:
+            return (repo_id, filename) in self._state.unsized or (None, filename) in self._state.unsized
+
     def set_rate(self, bytes_per_second: float | None) -> None:
         """Serve file bodies at about this speed (None: as fast as possible), e.g. to
         have time to watch or cancel a download in a GUI test."""
@@ -433,6 +446,25 @@ class FakeHub:
 
 class _Drop(Exception):
     """Cut the connection now."""
+
+
+class _Chunked:
+    """A response body in HTTP/1.1 chunks (``Transfer-Encoding: chunked``)."""
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+
+    def write(self, data: bytes) -> int:
+        if data:
+            self.raw.write(b"%x\r\n" % len(data) + data + b"\r\n")
+        return len(data)
+
+    def end(self) -> None:
+        self.raw.write(b"0\r\n\r\n")
+        self.raw.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -625,6 +657,9 @@ class _Handler(BaseHTTPRequestHandler):
             headers["X-Linked-Etag"] = f'"{e.sha256}"'
             headers["X-Linked-Size"] = str(e.size)
         headers.update(self.fakehub._header_overrides(repo_id, filename))
+        unsized = self.fakehub._unsized(repo_id, filename)
+        if unsized:
+            headers.pop("X-Linked-Size", None)
         if e.lfs:
             if self.fakehub.lfs_redirect:
                 location = f"{self.fakehub.cdn_url}/cdn/{quote(repo_id)}/{e.sha256}"
@@ -635,7 +670,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(k, v)
                 self.send_header("Location", location)
                 self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
+                if not (unsized and req.method == "HEAD"):  # else the client takes this body's length for the file's
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if req.method == "GET":
                     self.wfile.write(body)
@@ -682,17 +718,23 @@ class _Handler(BaseHTTPRequestHandler):
         length = end - start + 1 if size else 0
         extra = self.fakehub._extra(repo.repo_id, e.name) if req.method == "GET" else 0
         length += extra
+        unsized = self.fakehub._unsized(repo.repo_id, e.name)
         req.status = status
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(length))
+        if unsized:
+            if req.method != "HEAD":
+                self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(length))
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.send_header("Content-Range", f"bytes {start}-{end}/{'*' if unsized else size}")
         self.end_headers()
         if req.method == "HEAD":
             return
+        out = _Chunked(self.wfile) if unsized else self.wfile
         offset = self.fakehub._take_fault(repo.repo_id, e.name)
         stop = None if offset is None else max(offset, start)
         corrupt = self.fakehub._corrupt_from(repo.repo_id, e.name)
@@ -719,7 +761,7 @@ class _Handler(BaseHTTPRequestHandler):
                 data = data[:k] + data[k:].translate(_FLIP)
             req.bytes_sent += len(data)  # counted first: the client may have it before write() returns
             try:
-                self.wfile.write(data)
+                out.write(data)
             except OSError:
                 req.bytes_sent -= len(data)
                 raise
@@ -732,9 +774,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Drop()
         zeros = bytes(_CHUNK)
         while extra > 0:
-            self.wfile.write(zeros[:extra])
+            out.write(zeros[:extra])
             req.bytes_sent += min(extra, _CHUNK)
             extra -= _CHUNK
+        if unsized:
+            out.end()
 
     def _json(self, req: HubRequest, obj) -> None:
         body = json.dumps(obj).encode()

@@ -362,6 +362,39 @@ def cli_env(cli: FrozenCli, **extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.parametrize("how", ["a link", "a redirect"])
+def test_plain_http_on_an_untrusted_host_is_refused_whether_listed_or_redirected_to(env, monkeypatch, server_tls, ca_pem,
+                                                                                  tmp_path, how):
+    """An https index whose file host answered 302 to http://files.test/... (a host that is
+    neither local nor trusted): the redirect was followed and the wheel fetched in the
+    clear, though the same URL listed on the page is refused. Now both are refused, with
+    what to set; the proxy (which alone resolves files.test) fetches nothing. Trusting
+    the host, as pip's trusted-host does, lets the redirect through."""
+    with FakeIndex(tls=server_tls, poll_interval=POLL) as idx, FakeIndex(poll_interval=POLL) as plain, \
+            FakeProxy(hosts={"files.test": "127.0.0.1"}) as proxy:
+        fn = publish(idx)
+        plain.add("tls-model-part1", "1.0", data=idx.files[fn].data)  # the same bytes, on plain http
+        http_url = f"http://files.test:{hostport(plain.files_root).split(':')[1]}/files/{fn}"
+        if how == "a link":
+            idx.files[fn].url = http_url
+        else:
+            idx.redirect_file(fn, http_url)
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        monkeypatch.setenv("PIP_CERT", ca_pem)
+        monkeypatch.setenv("http_proxy", proxy.url)
+        with pytest.raises(FetchError) as e:
+            download_wheels([REQ], tmp_path / "w", None)
+        msg = one_line(e)
+        assert "files.test" in msg and "not a trusted or secure host" in msg and "PIP_TRUSTED_HOST" in msg, msg
+        assert proxy.served() == [] and plain.downloads(fn) == []
+        assert not (tmp_path / "w" / fn).exists()
+        if how == "a redirect":
+            monkeypatch.setenv("PIP_TRUSTED_HOST", "files.test")
+            [path] = download_wheels([REQ], tmp_path / "w", None)
+            assert path.read_bytes() == idx.files[fn].data
+            assert proxy.served() == [("GET", http_url)] and len(plain.downloads(fn)) == 1
+
+
 def run_cli(cli: FrozenCli, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(cli.args("models", "fetch-default"), env=env, check=False, capture_output=True, text=True,
                           timeout=120)

@@ -497,6 +497,66 @@ def test_a_mirror_etag_that_is_not_a_sha256_still_gets_the_listed_checksum_check
     assert _sha256(path) == hub.sha256("org/tiny", TINY) and _blobs(cache, "org/tiny") == ["mirror-7f3a"]
 
 
+def _mirror(hub, filename: str, size: int | None) -> HubModelFile:
+    """``filename`` as a mirror serves it: an etag that is no sha256 and a listing with no
+    sha256; with ``size`` None, no size anywhere (none listed, no X-Linked-Size, a
+    chunked body)."""
+    for header in ("ETag", "X-Linked-Etag"):
+        hub.override_header(filename, header, '"mirror-7f3a"')
+    if size is None:
+        hub.unsized(filename)
+    return HubModelFile("Q8_0", (HubFile(filename, size, "Q8_0", sha256=None),))
+
+
+def test_a_file_of_unknown_size_is_never_written_past_the_limit(hub, cache, served, monkeypatch):
+    """A mirror that gives no size (none listed, no X-Linked-Size, a chunked body): the
+    part was written for as long as the server sent. Now UNSIZED_LIMIT (50 GB; here half
+    the file) stops it with one line, and the partial file is deleted as for a server
+    that sends more than the listed size."""
+    size = served["org/tiny"][TINY].stat().st_size
+    model = _mirror(hub, TINY, None)
+    monkeypatch.setattr(hubtransfer, "UNSIZED_LIMIT", size // 2)
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/tiny", model)
+    msg = _one_line(e.value)
+    assert msg.startswith(f"{TINY}: the server gave no size for it and sent more than ") and "stopped there" in msg, msg
+    assert _blobs(cache, "org/tiny") == [] and _snapshot_files(cache, "org/tiny") == []
+    # under the limit, the same file of unknown size is downloaded, and checked as a GGUF
+    monkeypatch.setattr(hubtransfer, "UNSIZED_LIMIT", size)
+    path = hubmod.download("org/tiny", model)
+    assert _sha256(path) == hub.sha256("org/tiny", TINY)
+
+
+def test_without_a_checksum_a_download_that_is_no_gguf_never_takes_its_place(hub, cache):
+    """No sha256 listed, an etag that is none: the bytes (a sign-in page) became the blob,
+    the snapshot link and the ref before the model was validated and removed. Now the part
+    is read as a GGUF before it is moved into place, and nothing of it stays."""
+    model = _mirror(hub, "html-Q4_0.gguf", 4035)
+    with pytest.raises(DownloadError) as e:
+        hubmod.download("org/bad", model)
+    msg = _one_line(e.value)
+    assert msg.startswith("html-Q4_0.gguf: the download is not a usable GGUF file") and "no sha256" in msg, msg
+    storage = cache / "models--org--bad"
+    assert _blobs(cache, "org/bad") == [] and _snapshot_files(cache, "org/bad") == []
+    assert not (storage / "refs").exists()  # never placed: huggingface_hub wrote no ref for it
+
+
+def test_without_a_checksum_a_partial_download_is_not_resumed(hub, cache, served):
+    """A partial file left by an earlier call, its tensor bytes wrong (another version of
+    the file, or a broken transfer): resumed without a sha256, it became a model with the
+    right header and wrong weights. Now it is downloaded again from the start."""
+    true = served["org/tiny"][TINY].read_bytes()
+    model = _mirror(hub, TINY, len(true))
+    blobs = cache / "models--org--tiny" / "blobs"
+    blobs.mkdir(parents=True)
+    stale = bytearray(true[: len(true) - 128])
+    stale[-64:] = bytes(b ^ 0x5A for b in stale[-64:])  # header intact: only a checksum could tell
+    (blobs / "mirror-7f3a.incomplete").write_bytes(stale)
+    path = hubmod.download("org/tiny", model)
+    assert path.read_bytes() == true
+    assert [r.range for r in hub.downloads(TINY)] == [None]  # from the first byte
+
+
 class _Counting:
     """The partial file, counting the bytes written to it."""
 

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QCoreApplication, QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from specdesk.ui.main_window import MainWindow
 
 LOAD_TIMEOUT = 120_000
+CHECK_TIMEOUT = 60_000  # a dragged file's check, off the Qt thread (microseconds on an idle machine)
 ACTIONS = Qt.DropAction.CopyAction | Qt.DropAction.MoveAction | Qt.DropAction.LinkAction
 
 
@@ -43,14 +45,22 @@ def at(w, widget) -> QPoint:
     return widget.mapTo(w, widget.rect().center())
 
 
-def drag(w, pos: QPoint, mime: QMimeData) -> QDragMoveEvent:
-    """The pointer enters the window and moves to ``pos`` carrying ``mime``; the move
-    event, accepted or not, as the platform gets it back."""
-    handle = w.windowHandle()
-    QCoreApplication.sendEvent(handle, QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
-                                                       Qt.KeyboardModifier.NoModifier))
+def move_to(w, pos: QPoint, mime: QMimeData) -> QDragMoveEvent:
     move = QDragMoveEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
-    QCoreApplication.sendEvent(handle, move)
+    QCoreApplication.sendEvent(w.windowHandle(), move)
+    return move
+
+
+def drag(w, pos: QPoint, mime: QMimeData) -> QDragMoveEvent:
+    """The pointer enters the window and moves to ``pos`` carrying ``mime``; once the
+    dragged files are checked (off the Qt thread), it moves again: that move event,
+    accepted or not, as the platform gets it back."""
+    QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
+                                                                 Qt.KeyboardModifier.NoModifier))
+    move = move_to(w, pos, mime)
+    if getattr(w.drops, "checking", False):  # a loaded machine: the check took longer than the window waits
+        assert QTest.qWaitFor(lambda: not w.drops.checking, CHECK_TIMEOUT)
+        move = move_to(w, pos, mime)
     return move
 
 
@@ -238,3 +248,95 @@ def test_text_dragged_onto_the_message_box_still_goes_to_it(qtbot, window, smol_
     assert not w.drops.overlay.isVisible()
     assert drop(w, pos, text).isAccepted()
     assert "dropped words" in w.input.toPlainText()
+
+
+class FifoWatch:
+    """A watchdog on FIFOs: it notices anything that opens one for reading (its open
+    would block until a writer came; on the Qt thread, that froze the window for ever),
+    records it and opens the write end, so that the reader gets an empty file and a
+    regression fails the test instead of hanging it."""
+
+    def __init__(self, *fifos: Path) -> None:
+        import threading
+
+        self.fifos = fifos
+        self.opened: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        import errno
+        import os
+
+        while not self._stop.is_set():
+            for f in self.fifos:
+                try:  # succeeds only when a reader has the FIFO open (or is blocked opening it)
+                    fd = os.open(f, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError as e:
+                    assert e.errno == errno.ENXIO, e
+                    continue
+                self.opened.append(f.name)
+                os.close(fd)  # the reader sees the end of an empty file
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> "FifoWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_fifo_dragged_over_the_window_is_refused_without_being_opened(qtbot, window, tmp_path):
+    """Dragging a FIFO froze the window: it was opened on the Qt thread to read its
+    header, and that open waits for a writer for ever. One named *.gguf was accepted as
+    a model. Now neither is opened, and both are refused with the reason."""
+    import os
+
+    w = window
+    fifos = [tmp_path / "pipe", tmp_path / "pipe.gguf"]
+    for f in fifos:
+        os.mkfifo(f)
+    chat = at(w, w.chat_view)
+    with FifoWatch(*fifos) as watch:
+        for f in fifos:
+            refused(qtbot, w, chat, files(f), f"{f.name} is not a regular file")
+            refused(qtbot, w, at(w, w.target_combo), files(f), f"{f.name} is not a regular file")
+    assert watch.opened == [], f"a dragged FIFO was opened: {watch.opened}"
+
+
+def test_a_file_that_does_not_answer_never_blocks_the_window(qtbot, window, tmp_path, smol_path):
+    """A file on a network mount that hangs: its check does not answer, the window goes on
+    (the banner says it is being checked, the drag is accepted), a drop then is accepted
+    and carried out when the check answers: refused here, with the reason."""
+    import threading
+
+    w = window
+    answer = threading.Event()
+    real_check = w.drops.checks.check
+
+    def hung(path):  # a stat on a dead NFS server, until it comes back
+        answer.wait(300)
+        return real_check(path)
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    w.drops.checks.check = hung
+    try:
+        pos = at(w, w.chat_view)
+        mime = files(notes)  # kept: an event holds its QMimeData by pointer
+        QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
+                                                                     Qt.KeyboardModifier.NoModifier))
+        move = move_to(w, pos, mime)
+        assert w.drops.checking and move.isAccepted()
+        assert w.drops.overlay.isVisible() and "Checking notes.txt" in w.drops.overlay.text()
+        ev = drop(w, pos, mime)
+        assert ev.isAccepted() and not w.drops.overlay.isVisible()
+        answer.set()
+        qtbot.waitUntil(lambda: "not opened: notes.txt is not a GGUF model" in w.status_label.text(),
+                        timeout=CHECK_TIMEOUT)
+        assert not w.loading and w.session is None
+    finally:
+        answer.set()
+        w.drops.checks.check = real_check

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from PySide6.QtNetwork import QLocalSocket
 
 from specdesk.ui.drop import Dropped, dropped_models, landing
 from specdesk.ui.open_files import OpenRequest, plan
-from specdesk.ui.single_instance import InstanceGuard, claim_for_launch, server_name
+from specdesk.ui.single_instance import InstanceGuard, InstanceUnavailable, claim_for_launch, server_name
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +165,79 @@ def test_a_lock_file_cut_short_by_a_crash_is_taken_over_but_not_one_being_writte
         assert guard.holder_pid() == os.getpid()
     finally:
         guard.release()
+
+
+SECOND_LAUNCH = """
+import sys
+from PySide6.QtCore import QCoreApplication
+from specdesk.ui.open_files import OpenRequest
+from specdesk.ui.single_instance import InstanceGuard
+app = QCoreApplication([])
+guard = InstanceGuard(sys.argv[1])
+print(guard.name, guard.hand_off(OpenRequest.from_json(sys.argv[2]), timeout_s=60))
+"""
+
+
+def _long_runtime_dir(tmp_path_factory, monkeypatch) -> Path:
+    """XDG_RUNTIME_DIR over 100 bytes (no room for a socket's path in it), and a short
+    temporary folder of the test's own instead of the system's."""
+    run = tmp_path_factory.mktemp("run") / ("r" * 120)
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    tmp = tmp_path_factory.mktemp("t")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+def test_a_runtime_folder_too_long_for_a_socket_gets_a_private_folder_not_a_guessable_name(
+        qtbot, tmp_path, tmp_path_factory, monkeypatch):
+    """The socket fell back to a bare name, which Qt puts in the shared temporary folder,
+    where another local user could take it first."""
+    tmp = _long_runtime_dir(tmp_path_factory, monkeypatch)
+    guard = InstanceGuard(tmp_path / "data")
+    assert guard.name is not None and os.path.isabs(guard.name), guard.name
+    folder = Path(guard.name).parent
+    assert folder == tmp / f"specdesk-{os.getuid()}"
+    st = folder.lstat()
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+    assert guard.claim()
+    try:
+        assert Path(guard.name).exists()  # listening there
+        got = []
+        guard.request_received.connect(got.append)
+        second = InstanceGuard(tmp_path / "data")
+        assert second.name == guard.name and not second.claim()
+        req = OpenRequest(files=(str(tmp_path / "m.gguf"),))
+        # a second launch, a process of its own with the same folders, hands its request over
+        launch = subprocess.Popen(
+            [sys.executable, "-c", SECOND_LAUNCH, str(tmp_path / "data"), req.to_json()],
+            env={**os.environ, "TMPDIR": str(tmp), "QT_QPA_PLATFORM": "offscreen"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        qtbot.waitUntil(lambda: launch.poll() is not None, timeout=120_000)
+        out, err = launch.communicate()
+        assert launch.returncode == 0 and out.split() == [guard.name, str(os.getpid())], (out, err)
+        assert got == [req]
+    finally:
+        guard.release()
+
+
+def test_a_private_folder_that_is_not_this_users_alone_is_never_used(qtbot, tmp_path, tmp_path_factory, monkeypatch):
+    tmp = _long_runtime_dir(tmp_path_factory, monkeypatch)
+    folder = tmp / f"specdesk-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o777)  # made open, by mistake or by someone else
+    guard = InstanceGuard(tmp_path / "data")
+    assert guard.name is None and "is not this user's alone" in guard.unreachable
+    assert guard.claim()  # the app runs; only a second launch cannot reach it
+    try:
+        other = InstanceGuard(tmp_path / "data")
+        with pytest.raises(InstanceUnavailable) as e:
+            other.hand_off(OpenRequest())
+        assert "cannot reach it" in str(e.value) and "--new-instance" in str(e.value)
+        assert list(folder.iterdir()) == []
+    finally:
+        guard.release()
+    if os.getuid() == 0:  # another user's folder (made first by someone who guessed the name)
+        folder.chmod(0o700)
+        os.chown(folder, 65534, 65534)
+        assert InstanceGuard(tmp_path / "data").name is None

@@ -201,3 +201,121 @@ def test_the_switch_refuses_a_foreign_host_or_origin(qtbot, window, smol_path):
     assert status == 200, body
     w.serve.toggle.trigger()
     qtbot.waitUntil(lambda: not w.serve.serving and w.serve._stopping is None, timeout=30_000)
+
+
+def _get(url: str, key: str | None = None) -> int:
+    """The status of a GET, with ``Authorization: Bearer key`` when given."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.close()
+        return e.code
+
+
+def test_after_a_restart_one_click_on_the_model_bar_never_serves_the_network_without_a_key(qtbot, tmp_path, smol_path):
+    """The Serve settings kept "other machines may connect" but not the key, and the
+    switch on the model bar said only "Serve": after a restart one click there served to
+    the whole network with no key (host=0.0.0.0, api_key=''). Now it says where it
+    serves, and a key is made and shown first (this run has no keyring to keep one)."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QLineEdit
+
+    port = free_port()
+    QSettings().setValue("serve/others", True)  # as the last session saved them
+    QSettings().setValue("serve/port", port)
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    try:
+        w.apply_settings(ChatSettings(n_ctx=512, threads=1, max_tokens=4))
+        load(qtbot, w, smol_path, None)
+        assert w.serve_tab.others.isChecked() and w.serve_tab.key.text() == ""
+        w.serve.toggle.trigger()  # the one click, on the model bar
+        qtbot.waitUntil(lambda: w.serve.url is not None or w.error_banner.isVisible(), timeout=60_000)
+        assert w.serve.url, w.error_banner.text()
+        models = f"http://127.0.0.1:{port}/v1/models"
+        assert _get(models) == 401  # no key, no answer
+        key = w.serve_tab.key.text()
+        assert len(key) >= 32 and _get(models, key) == 200
+        # the new key is shown where the settings are, and said not to be kept
+        assert w.serve_tab.key.echoMode() == QLineEdit.EchoMode.Normal
+        note = w.serve_tab.key_note.text()
+        assert "A new API key was made" in note and "no keyring" in note
+        QSettings().sync()
+        assert key not in Path(QSettings().fileName()).read_text()  # never in the settings file
+        # the switch on the model bar says what one click exposes
+        assert w.serve.toggle.text() == "Serve (network)"
+        assert "every machine that can reach this one" in w.serve.toggle.toolTip()
+        assert f"port {port}" in w.serve.toggle.toolTip()
+        w.serve.toggle.trigger()
+        qtbot.waitUntil(lambda: not w.serve.serving and w.serve._stopping is None, timeout=30_000)
+        w.serve_tab.others.setChecked(False)
+        assert w.serve.toggle.text() == "Serve" and "this machine only" in w.serve.toggle.toolTip()
+    finally:
+        w.close()
+
+
+@pytest.fixture
+def file_keyring(tmp_path):
+    """A keyring that keeps what it is given (in a file of the test's), for this test only."""
+    import keyring
+    from keyring_file import FileKeyring
+
+    before = keyring.get_keyring()
+    kr = FileKeyring(tmp_path / "keyring.json")
+    keyring.set_keyring(kr)
+    yield kr
+    keyring.set_keyring(before)
+
+
+def test_the_api_key_is_kept_in_the_keyring_and_serves_again_after_a_restart(qtbot, file_keyring):
+    from PySide6.QtCore import QSettings
+
+    from specdesk.ui.serve_panel import ServeTab
+    from specdesk.ui.serve_key import SERVICE, USER
+
+    first = ServeTab()
+    qtbot.addWidget(first)
+    first.others.setChecked(True)
+    first.key.setText("typed-key-0123456789")
+    assert first.start_settings().api_key == "typed-key-0123456789"
+    assert file_keyring.get_password(SERVICE, USER) == "typed-key-0123456789"
+    QSettings().sync()
+    assert "typed-key" not in Path(QSettings().fileName()).read_text()
+    # a restart: the keyring is asked only when serving starts, and the same key serves
+    again = ServeTab()
+    qtbot.addWidget(again)
+    assert again.key.text() == "" and "keyring" in again.key.placeholderText()
+    assert "with the API key set here" in again.warning.text()
+    assert again.start_settings().api_key == "typed-key-0123456789" and not again.key_note.isVisible()
+    # nothing kept any more (another machine, a cleared keyring): a new key, kept this time
+    file_keyring.delete_password(SERVICE, USER)
+    third = ServeTab()
+    qtbot.addWidget(third)
+    made = third.start_settings().api_key
+    assert made and made != "typed-key-0123456789" and file_keyring.get_password(SERVICE, USER) == made
+    assert "kept in this system's keyring" in third.key_note.text()
+
+
+def test_without_a_keyring_nothing_is_kept_and_this_machine_alone_needs_no_key(qtbot):
+    """The run's keyring backend is keyring's 'fail' one, as on a Linux box without a
+    Secret Service: nothing is kept, nothing breaks; serving this machine alone without
+    a key stays as it was."""
+    from PySide6.QtCore import QSettings
+
+    from specdesk.ui.serve_key import store_key, stored_key
+    from specdesk.ui.serve_panel import ServeTab
+
+    assert not store_key("k") and stored_key() is None
+    tab = ServeTab()
+    qtbot.addWidget(tab)
+    assert not tab.others.isChecked()
+    s = tab.start_settings()
+    assert s.host == "127.0.0.1" and s.api_key == "" and tab.warning.text() == ""
+    tab.others.setChecked(True)
+    assert "with a new API key, made and shown here when serving starts" in tab.warning.text()
+    assert tab.start_settings().api_key and str(QSettings().value("serve/key_kept")).lower() in ("false", "0")

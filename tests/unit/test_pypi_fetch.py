@@ -592,3 +592,39 @@ def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_pat
     assert counts and max(counts) <= size
     assert str(e.value) == f"{fn}: the download is larger than the {size:,} bytes {index.url} (PIP_INDEX_URL) lists; stopped there"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_wheel_whose_size_is_not_listed_is_never_written_past_the_limit(clean_env, tmp_path, monkeypatch):
+    """A PEP 503 HTML page lists no size (and this one no hash): a file host whose body
+    does not end was written to the disk without a limit. Now it stops at UNSIZED_LIMIT
+    (4 GiB; 1 MiB here) with one line, and nothing takes the wheel's name."""
+    from contextlib import contextmanager
+
+    from specdesk.library.pypi_fetch import transfer
+
+    counts: list[int] = []
+    real = transfer.atomic_file
+
+    @contextmanager
+    def counting(path, mode=None, suffix=".tmp"):
+        counts.append(0)
+        with real(path, mode, suffix) as f:
+            yield _CountingFile(f, counts)
+
+    monkeypatch.setattr(transfer, "atomic_file", counting)
+    monkeypatch.setattr(transfer, "UNSIZED_LIMIT", 1 << 20)
+    with FakeIndex(json=False, hashes="none") as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        fn = idx.add("swell", "1.0", {"swell/x": PAYLOAD[:200_000]})
+        assert find_wheel("swell==1.0").size is None
+        idx.oversend(fn, 8 << 20)
+        with pytest.raises(FetchError) as e:
+            download_wheels(["swell==1.0"], tmp_path, None)
+        assert counts and max(counts) <= 1 << 20
+        assert str(e.value) == (f"{fn}: the download is larger than 1 MiB, the most SpecDesk takes for a wheel whose "
+                                f"size {idx.url} (PIP_INDEX_URL) does not list; stopped there")
+        assert list(tmp_path.iterdir()) == []
+        # the same wheel, its body ending: taken
+        idx.oversend(fn, 0)
+        [path] = download_wheels(["swell==1.0"], tmp_path, None)
+        assert path.read_bytes() == idx.files[fn].data

@@ -15,6 +15,7 @@ from typing import Callable, Protocol, Sequence
 
 from .. import __version__
 from ..errors import SpecDeskError
+from ..session import ctrl_c_guard
 from . import bench, doctor, generate, models, rpc, serve
 from .args import Parser, add_generation_options, add_model_options
 from .output import EXIT_USAGE, error
@@ -120,7 +121,8 @@ def main(argv: Sequence[str] | None = None, app: AppLauncher | None = None) -> i
             return app.launch(args.files, args.target, args.draft, args.new_instance)
         return app.launch()
     try:
-        return COMMANDS[args.command](args)
+        with ctrl_c_guard():  # Ctrl+C inside a llama.cpp callback is kept and raised, never dropped
+            return COMMANDS[args.command](args)
     except SpecDeskError as e:
         return error(str(e))
     except KeyboardInterrupt:

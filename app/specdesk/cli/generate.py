@@ -10,7 +10,7 @@ from ..bench.configs import BenchConfig
 from ..bench.suites import Prompt, Suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
-from ..session import Generation
+from ..session import Generation, stop_if_interrupted
 from ..session.text import claim_text, speed_verdict_text, verdict_text
 from .args import config_from_args, load_session, prompt_tokens
 from .bench import add_repeat_options, bench_options, comparison_progress
@@ -31,19 +31,26 @@ def summary_line(g: Generation) -> str:
     return ", ".join(parts)
 
 
+def _ctrl_c() -> bool:
+    """The generation's check between steps: a Ctrl+C kept meanwhile stops the command."""
+    stop_if_interrupted()
+    return False
+
+
 def cmd_generate(args) -> int:
     cfg = config_from_args(args)
     with load_session(args, need_draft=cfg.needs_draft) as s:
+        stop_if_interrupted()  # a Ctrl+C kept while the models loaded: no answer
         prompt = prompt_tokens(s, args)
         s.check_fits(prompt, cfg.max_tokens)
         if args.json:
-            g = s.run(prompt, cfg)
+            g = s.run(prompt, cfg, cancel=_ctrl_c)
             out = g.to_dict(s.memory())
             out["prompt_tokens"] = len(prompt)
             print(dump_json(out))
             return 0
         steps = []
-        for step in s.generate(prompt, cfg):
+        for step in s.generate(prompt, cfg, cancel=_ctrl_c):
             steps.append(step)
             sys.stdout.write(step.text)
             sys.stdout.flush()

@@ -61,29 +61,108 @@ def capture_buffers():
         _capture.buffers = None
 
 
+# -- Ctrl+C and native calls ------------------------------------------------------------
+#
+# Python runs a signal handler at the next bytecode of the main thread. During a long
+# native call (a model load, a context) that is inside one of llama.cpp's callbacks into
+# Python (its log, a load's progress), and a KeyboardInterrupt raised there is printed and
+# dropped by ctypes: the call ran on and the command finished as if nothing happened.
+# So where SpecDesk handles Ctrl+C (``ctrl_c_guard``, for a CLI command's whole run, and
+# ``deferred_interrupt``, around each long native call), the handler raises
+# KeyboardInterrupt only in Python's own code; inside a callback, or in a native call
+# whose result must be freed first, it sets a flag instead. A load's progress callback
+# answers the flag by stopping the load; ``deferred_interrupt`` raises once its call has
+# returned; ``stop_if_interrupted`` raises at the checks between a generation's steps;
+# and ``ctrl_c_guard`` raises at the end of the command at the latest: a Ctrl+C is never
+# lost.
+
+_CALLBACK_CODE: set = set()  # the code of every Python function llama.cpp calls back
+_pending = [False]  # a Ctrl+C that could not be raised where it arrived
+_open_flags: list[list[bool]] = []  # the flags of the deferred_interrupt blocks now open
+
+
+def native_callback(fn):
+    """Mark ``fn`` as one llama.cpp calls from inside a native call (a log or progress
+    callback): a Ctrl+C that arrives while it runs is kept, not raised there."""
+    _CALLBACK_CODE.add(fn.__code__)
+    return fn
+
+
+def _in_native_callback(frame) -> bool:
+    while frame is not None:
+        if frame.f_code in _CALLBACK_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_sigint(_sig, frame) -> None:
+    if _open_flags or _in_native_callback(frame):
+        _pending[0] = True
+        for flag in _open_flags:
+            flag[0] = True
+        return
+    raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """A Ctrl+C arrived and has not been raised yet."""
+    return _pending[0]
+
+
+def stop_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt of a Ctrl+C that arrived where it could not be (a check
+    between steps, or before a long job)."""
+    if _pending[0]:
+        _pending[0] = False
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_guard():
+    """For a command's whole run on the main thread: Ctrl+C as usual, except inside
+    llama.cpp's callbacks (see above). Where Ctrl+C is not Python's own (ignored, as for a
+    command its shell started in the background, or a handler of the caller's), nothing
+    changes. On the way out a kept Ctrl+C is raised, so the command ends as interrupted."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    stop_if_interrupted()
+
+
 @contextlib.contextmanager
 def deferred_interrupt(flag: list[bool] | None = None):
     """Ctrl+C during a long native call (loading a model, making a context) on the main
-    thread: Python raises KeyboardInterrupt at the next bytecode it runs, which is inside
-    llama.cpp's log or progress callback, and ctypes prints and drops an exception raised
-    there; the call ran on and the command finished as if nothing happened. Here Ctrl+C
-    only sets a flag (which a load's progress callback answers by stopping the load), and
-    KeyboardInterrupt is raised once the call has returned. Elsewhere (another thread, a
-    handler of the caller's own) nothing changes. Yields the flag (``flag``, if given)."""
+    thread only sets ``flag`` (which a load's progress callback answers by stopping the
+    load), and KeyboardInterrupt is raised once the call has returned and the block ends.
+    Elsewhere (another thread, a Ctrl+C that is ignored or handled by the caller's own
+    handler) nothing changes. Yields the flag (``flag``, if given)."""
     flag = flag if flag is not None else [False]
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    current = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or current not in (signal.default_int_handler, _on_sigint):
         yield flag
         return
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: flag.__setitem__(0, True))
+    previous = signal.signal(signal.SIGINT, _on_sigint) if current is not _on_sigint else None
+    _open_flags.append(flag)
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _open_flags.remove(flag)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if flag[0]:
+            if not _open_flags:
+                _pending[0] = False
             raise KeyboardInterrupt
 
 
 @llama_cpp.llama_log_callback
+@native_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - native callback
     lvl = _LEVELS.get(level, logging.DEBUG) if level != 5 else _last_level[0]
     _last_level[0] = lvl

@@ -18,7 +18,15 @@ import llama_cpp
 
 from ..errors import Cancelled, ModelFileError, SpecDeskError
 from ..rules import kv
-from .backend import Buffer, capture_buffers, clear_native_errors, deferred_interrupt, ensure_backend, last_native_error
+from .backend import (
+    Buffer,
+    capture_buffers,
+    clear_native_errors,
+    deferred_interrupt,
+    ensure_backend,
+    last_native_error,
+    native_callback,
+)
 from .devices import backends
 from .rpc import gone
 from ..rules.vocab import VocabInfo
@@ -218,7 +226,7 @@ class Model:
                 cancelled[0] = True
             return keep_going
 
-        self._progress_cb = llama_cpp.llama_progress_callback(_cb)  # keep a reference
+        self._progress_cb = llama_cpp.llama_progress_callback(native_callback(_cb))  # keep a reference
         params.progress_callback = self._progress_cb
         clear_native_errors()
         # os.fsencode: the path's own bytes (a file name that is not UTF-8 comes back as them)

@@ -19,13 +19,16 @@ from .runtime import (
     MemoryReport,
     backends,
     build_info,
+    ctrl_c_guard,
     default_threads,
     devices,
     gpu_build_hint,
     gpu_layers_note,
     gpu_memory,
+    interrupted,
     repack_types,
     rss_bytes,
+    stop_if_interrupted,
     supports_gpu_offload,
 )
 
@@ -33,6 +36,7 @@ __all__ = [
     "Comparison", "compare",
     "DRAFT_MODEL_PROPOSERS", "LOOKUP_PROPOSERS", "PROPOSER_CHOICES", "PROPOSERS", "GenerationConfig", "ModelSpec", "needs_draft_model", "translated_refusal",
     "Generation", "LoadedModel", "LoadProgress", "ModelsUnloaded", "Session", "check_model_file",
-    "Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint", "gpu_layers_note",
-    "gpu_memory", "repack_types", "rss_bytes", "supports_gpu_offload",
+    "Device", "MemoryReport", "backends", "build_info", "ctrl_c_guard", "default_threads", "devices", "gpu_build_hint",
+    "gpu_layers_note", "gpu_memory", "interrupted", "repack_types", "rss_bytes", "stop_if_interrupted",
+    "supports_gpu_offload",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform
 
+from ..engine.backend import ctrl_c_guard, interrupted, stop_if_interrupted
 from ..engine.build import build_info
 from ..engine.devices import Device, backends
 from ..system.memory import MemoryReport, gpu_memory, rss_bytes
@@ -53,5 +54,6 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": cores, "gpu": gpus[0].name if gpus else status, "os": platform.platform()}
 
 
-__all__ = ["Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint",
-           "gpu_layers_note", "gpu_memory", "machine", "repack_types", "rss_bytes", "supports_gpu_offload"]
+__all__ = ["Device", "MemoryReport", "backends", "build_info", "ctrl_c_guard", "default_threads", "devices",
+           "gpu_build_hint", "gpu_layers_note", "gpu_memory", "interrupted", "machine", "repack_types", "rss_bytes",
+           "stop_if_interrupted", "supports_gpu_offload"]

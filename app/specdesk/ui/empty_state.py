@@ -8,11 +8,13 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from .stored_paths import path_from_value, path_value
+
 
 class EmptyState(QWidget):
     fetch_requested = Signal()
     open_requested = Signal()
-    model_chosen = Signal(str)
+    model_chosen = Signal(object)  # the Path (a str through Qt would lose a name's non-UTF-8 bytes)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -63,7 +65,7 @@ class EmptyState(QWidget):
         self.models = QListWidget()
         self.models.setObjectName("emptyModelList")
         self.models.setMinimumHeight(120)
-        self.models.itemDoubleClicked.connect(lambda it: self.model_chosen.emit(it.data(Qt.ItemDataRole.UserRole)))
+        self.models.itemDoubleClicked.connect(lambda it: self.model_chosen.emit(path_from_value(it.data(Qt.ItemDataRole.UserRole))))
         lay.addWidget(self.models)
         self.no_models = QLabel("None found in models/ or among recent files.")
         self.no_models.setStyleSheet("color:#868e96;")
@@ -81,7 +83,7 @@ class EmptyState(QWidget):
         for p in paths:
             size = p.stat().st_size / 2**30 if p.exists() else 0
             it = QListWidgetItem(f"{p.name}    ({size:.2f} GiB)")
-            it.setData(Qt.ItemDataRole.UserRole, str(p))
+            it.setData(Qt.ItemDataRole.UserRole, path_value(p))
             it.setToolTip(str(p))
             self.models.addItem(it)
         self.models.setVisible(bool(paths))

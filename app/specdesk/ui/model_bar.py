@@ -9,6 +9,7 @@ from PySide6.QtCore import QPoint, QRect, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QToolBar, QWidget
 
 from ..library.gguf.split import canonical
+from .stored_paths import path_from_value, path_value
 
 #: A combo shows about this many characters of a model's name; the rest is elided
 #: (the whole name and path are in its tooltip), so the bar fits a laptop screen.
@@ -96,8 +97,7 @@ class ModelBar(QToolBar):
 
     @staticmethod
     def path_of(combo: QComboBox) -> Path | None:
-        v = combo.currentData()
-        return Path(v) if v else None
+        return path_from_value(combo.currentData())
 
     def set_info(self, text: str, tooltip: str = "") -> None:
         self.model_info.setText(text)
@@ -114,15 +114,15 @@ class ModelBar(QToolBar):
         combo.blockSignals(True)
         combo.clear()
         for p in models:
-            combo.addItem(name_of(p), str(p))
+            combo.addItem(name_of(p), path_value(p))
             combo.setItemData(combo.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
         if target is not None:
-            i = combo.findData(str(canonical(target)))
+            i = combo.findData(path_value(canonical(target)))
             if i < 0:
-                combo.addItem(target.name, str(canonical(target)))
+                combo.addItem(target.name, path_value(canonical(target)))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
-        i = combo.findData(str(picked)) if picked is not None else -1
+        i = combo.findData(path_value(picked)) if picked is not None else -1
         if i >= 0:
             combo.setCurrentIndex(i)
         combo.blockSignals(False)
@@ -144,14 +144,14 @@ class ModelBar(QToolBar):
         for p in ordered:
             if p in chosen:
                 continue
-            combo.addItem(name_of(p), str(p))
+            combo.addItem(name_of(p), path_value(p))
             tip = "compatible: shares the target's vocabulary" if pairing else str(p)
             combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         for c in pairing:
             if not c.translated:
                 continue
             cost = f", a step ≈ {c.cost_ratio:.2f} of the target's by size" if c.cost_ratio else ""
-            combo.addItem(f"{name_of(c.path)} — translated", str(canonical(c.path)))
+            combo.addItem(f"{name_of(c.path)} — translated", path_value(canonical(c.path)))
             combo.setItemData(combo.count() - 1, f"drafts translated: {c.reason}; its text is re-tokenized for the "
                               f"target, which verifies every token (exact all the same){cost}",
                               Qt.ItemDataRole.ToolTipRole)
@@ -160,16 +160,16 @@ class ModelBar(QToolBar):
             if c.usable:
                 continue
             short = c.reason if len(c.reason) < 70 else c.reason[:67] + "…"
-            combo.addItem(f"{name_of(c.path)} — {short}", str(canonical(c.path)))
+            combo.addItem(f"{name_of(c.path)} — {short}", path_value(canonical(c.path)))
             idx = combo.count() - 1
             combo.setItemData(idx, f"cannot draft for this target: {c.reason}", Qt.ItemDataRole.ToolTipRole)
             item = model.item(idx)
             if item is not None:
                 item.setEnabled(False)
         if draft is not None:
-            i = combo.findData(str(canonical(draft)))
+            i = combo.findData(path_value(canonical(draft)))
             if i < 0:
-                combo.addItem(draft.name, str(canonical(draft)))
+                combo.addItem(draft.name, path_value(canonical(draft)))
                 i = combo.count() - 1
             combo.setCurrentIndex(i)
         combo.blockSignals(False)

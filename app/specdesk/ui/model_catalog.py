@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from ..library.gguf.split import canonical
 from ..library.pairing import drafts_for
 from ..paths import models_dir
+from .stored_paths import path_from_value, path_value
 from .tasks import Task
 
 log = logging.getLogger(__name__)
@@ -47,16 +48,15 @@ class ModelCatalog(QObject):
 
     def recent(self) -> list[Path]:
         raw = QSettings().value("models/recent", [])
-        if isinstance(raw, str):
-            raw = [raw]
         if not isinstance(raw, list):
-            return []
-        return [Path(p) for p in raw if isinstance(p, str) and p]
+            raw = [raw]  # one entry comes back alone
+        return [p for p in map(path_from_value, raw) if p is not None]
 
     def remember(self, path: Path) -> None:
         rec = [p for p in self.recent() if p != path]
         rec.insert(0, path)
-        QSettings().setValue("models/recent", [str(p) for p in rec[:MAX_RECENT]])
+        # each path as text, or as its bytes when it is not UTF-8 (see stored_paths)
+        QSettings().setValue("models/recent", [path_value(p) for p in rec[:MAX_RECENT]])
 
     def known(self) -> list[Path]:
         """The library's usable models and the recently opened files (each once; a split

@@ -87,9 +87,12 @@ class ServeController(QObject):
         self.toggle = QAction("Serve", self)
         self.toggle.setObjectName("serveToggle")
         self.toggle.setCheckable(True)
-        self.toggle.setToolTip("Serve the loaded pair at an OpenAI-compatible endpoint (settings on the Serve tab)")
         self.toggle.toggled.connect(self.set_serving)
         tab.switched.connect(self.set_serving)
+        # the switch on the model bar says what it exposes, as the Serve tab does
+        for changed in (tab.others.toggled, tab.port.valueChanged, tab.key.textChanged):
+            changed.connect(self._label_toggle)
+        self._label_toggle()
         # which request the side panel shows, above its figures
         self.source = QLabel("")
         self.source.setObjectName("statsSource")
@@ -108,6 +111,20 @@ class ServeController(QObject):
     @property
     def url(self) -> str | None:
         return self.server.url if self.server is not None else None
+
+    def _label_toggle(self) -> None:
+        """The model bar's switch: "Serve (network)" and the Serve tab's warning when other
+        machines may connect, so that one click there never exposes more than it says."""
+        s = self.tab.settings()
+        if s.others:
+            self.toggle.setText("Serve (network)")
+            self.toggle.setToolTip(f"Serve the loaded pair to every machine that can reach this one (port {s.port}), "
+                                   f"{self.tab.key_words().replace(' here', ' on the Serve tab')}; requests and answers "
+                                   "travel unencrypted (plain HTTP)")
+        else:
+            self.toggle.setText("Serve")
+            self.toggle.setToolTip(f"Serve the loaded pair at an OpenAI-compatible endpoint on this machine only "
+                                   f"(127.0.0.1:{s.port}); settings on the Serve tab")
 
     def _show_switch(self, on: bool) -> None:
         self.toggle.blockSignals(True)
@@ -142,7 +159,7 @@ class ServeController(QObject):
             self.host.show_error(why)
             self._show_switch(False)
             return
-        s = self.tab.settings()
+        s = self.tab.start_settings()  # never other machines without a key: one is made if need be
         self.queue.capacity = s.queue
         cfg = self.host.settings.generation_config(has_draft=session.draft is not None, mtp_refusal=session.mtp.refusal())
         task = Task(lambda _t: _start_server(session, self.queue, s, cfg), "start server")
@@ -315,6 +332,9 @@ def _start_server(session: Session, queue: GenerationQueue, s: ServeSettings, cf
     """Import the web stack, bind the port and start serving (on a worker thread)."""
     from ..server.app import ServeOptions, body_limit, create_app
     from ..server.runner import ServerThread, bind
+
+    if s.others and not s.api_key:  # start_settings makes one: this is the last line of defence
+        raise SpecDeskError("refusing to serve to other machines without an API key")
 
     sock = bind(s.host, s.port)
     app = create_app(session, queue, ServeOptions(defaults=cfg, default_max_tokens=cfg.max_tokens, api_key=s.api_key or None,

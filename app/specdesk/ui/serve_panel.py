@@ -1,7 +1,13 @@
 """The Serve tab: the switch that exposes the loaded pair at an OpenAI-compatible
 endpoint, its settings (port, other machines, API key, queue), and the list of
 requests (time, client, tokens, speed, acceptance, time in line) as they arrive and run.
-The serving itself is ``serve_controller.ServeController``'s."""
+The serving itself is ``serve_controller.ServeController``'s.
+
+Other machines are never served without an API key: the settings saved say whether
+other machines may connect, while the key is kept only in the system's keyring
+(``serve_key``). So when serving starts (from this tab or the model bar's switch) with
+other machines allowed and no key (none typed, none kept, or no keyring on this
+machine), a new key is made and shown here before anything listens."""
 
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..fmt import format_num, format_pct
+from .serve_key import new_key, store_key, stored_key
 
 DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 8
@@ -68,10 +75,15 @@ def load_serve_settings() -> ServeSettings:
 
 
 def save_serve_settings(v: ServeSettings) -> None:
-    s = QSettings()  # the API key is not written to disk
+    s = QSettings()  # the API key is not written here (see serve_key)
     s.setValue("serve/port", v.port)
     s.setValue("serve/others", v.others)
     s.setValue("serve/queue", v.queue)
+
+
+def _key_kept() -> bool:
+    """An earlier session kept its API key in the keyring (then the keyring is asked)."""
+    return str(QSettings().value("serve/key_kept", "false")).lower() in ("true", "1")
 
 
 class ServeTab(QWidget):
@@ -123,9 +135,12 @@ class ServeTab(QWidget):
         self.key = QLineEdit()
         self.key.setObjectName("serveKey")
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key.setPlaceholderText("none: any client that can reach the port may use it")
-        self.key.setToolTip("Clients send it as 'Authorization: Bearer KEY' (the openai SDK's api_key). Not saved to disk.")
         self.key.setMinimumWidth(260)
+        self.key_note = QLabel("")
+        self.key_note.setObjectName("serveKeyNote")
+        self.key_note.setWordWrap(True)
+        self.key_note.setStyleSheet("color:#495057;")
+        self.key_note.setVisible(False)
         self.queue = QSpinBox()
         self.queue.setObjectName("serveQueue")
         self.queue.setRange(0, 256)
@@ -136,6 +151,7 @@ class ServeTab(QWidget):
         form.addRow("API key", self.key)
         form.addRow("Queue", self.queue)
         bl.addLayout(form)
+        bl.addWidget(self.key_note)
         self.warning = QLabel("")
         self.warning.setObjectName("serveWarning")
         self.warning.setWordWrap(True)
@@ -150,6 +166,7 @@ class ServeTab(QWidget):
         self.others.toggled.connect(self._warn)
         self.key.textChanged.connect(self._warn)
         self._warn()
+        self._key_placeholder()
 
         head = QHBoxLayout()
         title = QLabel("Requests")
@@ -178,19 +195,67 @@ class ServeTab(QWidget):
         return ServeSettings(port=self.port.value(), others=self.others.isChecked(), api_key=self.key.text().strip(),
                              queue=self.queue.value())
 
+    def start_settings(self) -> ServeSettings:
+        """The settings to start serving with, saved; never other machines without a key.
+        A key typed here is used; else the one an earlier session kept in the keyring;
+        else, when other machines may connect, a new one, shown here. The key in use is
+        kept in the keyring (where there is one) for the next session."""
+        key = self.key.text().strip()
+        made = False
+        if not key and _key_kept():
+            key = stored_key() or ""
+            if key:
+                self.key.setText(key)
+        if not key and self.others.isChecked():
+            key, made = new_key(), True
+            self.key.setText(key)
+            self.key.setEchoMode(QLineEdit.EchoMode.Normal)  # shown: the clients need it
+        s = self.settings()
+        save_serve_settings(s)
+        if s.api_key:
+            kept = store_key(s.api_key)
+            QSettings().setValue("serve/key_kept", kept)
+            if made:
+                self._note_key("A new API key was made, since other machines may connect: give it to the clients "
+                               "('Authorization: Bearer KEY', the openai SDK's api_key). "
+                               + ("It is kept in this system's keyring for the next time." if kept else
+                                  "This system has no keyring to keep it in: the next time, another one is made."))
+            elif not kept:
+                self._note_key("This system has no keyring to keep the API key in: after a restart, type it again "
+                               "(or a new one is made when other machines may connect).")
+        return s
+
+    def _note_key(self, text: str) -> None:
+        self.key_note.setText(text)
+        self.key_note.setVisible(bool(text))
+
+    def _key_placeholder(self) -> None:
+        self.key.setPlaceholderText("kept in the system's keyring" if _key_kept() else
+                                    "none: a new one is made when other machines may connect" if self.others.isChecked()
+                                    else "none: any program on this machine may use it")
+        self.key.setToolTip("Clients send it as 'Authorization: Bearer KEY' (the openai SDK's api_key). Kept in the "
+                            "system's keyring where there is one, never in the settings file. Other machines are never "
+                            "served without one.")
+
     def _flipped(self, on: bool) -> None:
         self.switch.setText("Stop serving" if on else "Serve")
-        if on:
-            save_serve_settings(self.settings())
-        self.switched.emit(on)
+        self.switched.emit(on)  # the controller starts with start_settings()
+
+    def key_words(self) -> str:
+        """Which key other machines will need, in words."""
+        return ("with the API key set here" if self.key.text().strip() or _key_kept() else
+                "with a new API key, made and shown here when serving starts (none is set)")
+
+    def warning_text(self) -> str:
+        """What serving with these settings exposes, in a line ("" for this machine only)."""
+        if not self.others.isChecked():
+            return ""
+        return (f"Every machine that can reach this one may use the models, {self.key_words()}; requests and answers "
+                "travel unencrypted (plain HTTP).")
 
     def _warn(self) -> None:
-        if self.others.isChecked():
-            self.warning.setText("Every machine that can reach this one may use the models"
-                                 + ("" if self.key.text().strip() else ", without any key") +
-                                 "; requests and answers travel unencrypted (plain HTTP).")
-        else:
-            self.warning.setText("")
+        self.warning.setText(self.warning_text())
+        self._key_placeholder()
 
     def set_switch(self, on: bool) -> None:
         """Show the switch on or off without flipping it again."""
@@ -203,8 +268,9 @@ class ServeTab(QWidget):
         self._url = f"{url}/v1" if url else ""
         self.endpoint.setText(text)
         self.copy_btn.setEnabled(bool(url))
-        for w in (self.port, self.others, self.key, self.queue):
+        for w in (self.port, self.others, self.queue):
             w.setEnabled(url is None)
+        self.key.setReadOnly(url is not None)  # not disabled: the key in use can still be selected and copied
 
     # -- the request list -------------------------------------------------------------
 

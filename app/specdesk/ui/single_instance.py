@@ -7,6 +7,12 @@ would load its own pair of models. So the first app to start on a data folder ho
   left by an app that crashed is known as stale, and taken over);
 - a local socket (``QLocalServer``; on Unix a socket file in the user's runtime folder,
   on Windows a named pipe), named after the folder, that only this user can reach.
+  Where the runtime folder's path is too long for a socket (``sun_path`` holds about
+  100 bytes), the socket goes to a private folder of this user's in the temporary
+  folder (``specdesk-<uid>``, made 0700; used only when it is a real folder this user
+  owns that nobody else may enter), never under a bare name in the shared temporary
+  folder: there another local user could take the guessable name first, and so both
+  stop this app from starting and receive the files a second launch hands over.
 
 A second launch on the same folder finds the lock held, hands its files (or, without
 files, just "show yourself") to the running app through the socket, and exits 0. A
@@ -25,7 +31,9 @@ import getpass
 import hashlib
 import logging
 import os
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,9 +62,39 @@ class InstanceUnavailable(SpecDeskError):
     """The data folder is held by an app that does not answer."""
 
 
-def server_name(data_dir: Path) -> str:
+def _fits(path: str) -> bool:
+    return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
+
+
+def private_folder(base: str) -> str | None:
+    """``base/specdesk-<uid>``, made 0700 when missing; None (logged) unless it is a
+    folder (not a link) this user owns that no one else may enter or write: one made
+    first by another user, or left open, could hold a socket that answers for this app."""
+    path = os.path.join(base, f"specdesk-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.warning("cannot make a private folder for the app's socket at %s: %s", path, e.strerror or e)
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        log.warning("cannot use %s for the app's socket: %s", path, e.strerror or e)
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        log.warning("not using %s for the app's socket: it is not a folder of this user's that only this user "
+                    "may enter (owner uid %d, mode %o)", path, st.st_uid, stat.S_IMODE(st.st_mode))
+        return None
+    return path
+
+
+def server_name(data_dir: Path) -> str | None:
     """The socket's name for ``data_dir``: the same for every launch by this user on that
-    folder (however it is spelled), another for any other folder or user."""
+    folder (however it is spelled), another for any other folder or user. On Unix a path
+    in a folder only this user can reach; None when there is none (no second launch can
+    reach this app then, see ``InstanceGuard.unreachable``)."""
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name in the environment or passwd
@@ -67,8 +105,14 @@ def server_name(data_dir: Path) -> str:
         return name  # a named pipe
     # the user's own runtime folder (XDG_RUNTIME_DIR, or a private one Qt creates), not the shared /tmp
     run = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.RuntimeLocation)
-    path = os.path.join(run, name + ".sock") if run else ""
-    return path if path and len(path.encode()) <= _MAX_SOCKET_PATH else name
+    if run and _fits(os.path.join(run, name + ".sock")):
+        return os.path.join(run, name + ".sock")
+    base = tempfile.gettempdir()
+    if not _fits(os.path.join(base, f"specdesk-{os.getuid()}", name + ".sock")):
+        log.warning("the runtime folder %r and the temporary folder %r are too long a path for the app's socket", run, base)
+        return None
+    folder = private_folder(base)
+    return os.path.join(folder, name + ".sock") if folder is not None else None
 
 
 class _Connection(QObject):
@@ -122,6 +166,11 @@ class InstanceGuard(QObject):
         super().__init__(parent)
         self.data_dir = Path(data_dir)
         self.name = server_name(self.data_dir)
+        #: why a second launch cannot reach this app (no private folder for the socket), or None
+        self.unreachable = None if self.name is not None else (
+            "no folder of this user's alone has room for its socket (the runtime folder's path is too long, and "
+            f"{os.path.join(tempfile.gettempdir(), 'specdesk-' + str(os.getuid()))} is not this user's alone: see "
+            "the log)")
         self._lock = QLockFile(str(self.data_dir / LOCK_NAME))
         self._lock.setStaleLockTime(0)  # stale only when its process is gone, however old
         self._server: QLocalServer | None = None
@@ -152,6 +201,9 @@ class InstanceGuard(QObject):
         if self._answers():  # its lock file was deleted, but that app still runs and listens
             self._lock.unlock()
             return False
+        if self.name is None:
+            log.warning("a second launch on %s cannot reach this app: %s", self.data_dir, self.unreachable)
+            return True
         # the socket a crashed app left behind (it answered nobody above): replaced, never
         # a live one (on Unix, listen with UserAccessOption renames its socket into place)
         QLocalServer.removeServer(self.name)
@@ -187,6 +239,8 @@ class InstanceGuard(QObject):
             _Connection(self._server.nextPendingConnection(), self)
 
     def _answers(self) -> bool:
+        if self.name is None:
+            return False
         sock = QLocalSocket()
         sock.connectToServer(self.name)
         ok = sock.waitForConnected(300)
@@ -195,6 +249,8 @@ class InstanceGuard(QObject):
 
     def _send(self, req: OpenRequest, timeout_s: float) -> str | None:
         """The running app's answer to ``req``; None when nothing listens."""
+        if self.name is None:
+            return None
         sock = QLocalSocket()
         sock.connectToServer(self.name)
         if not sock.waitForConnected(1000):
@@ -226,6 +282,10 @@ class InstanceGuard(QObject):
                 raise InstanceUnavailable(f"the SpecDesk already running refused the request: {reply[6:].strip()}")
             if self.claim():
                 return None
+            if self.name is None:
+                raise InstanceUnavailable(f"SpecDesk runs with the data folder {self.data_dir}, and this launch cannot "
+                                          f"reach it: {self.unreachable}; run `specdesk --new-instance` for a window "
+                                          "with its own data folder")
             if time.monotonic() >= end:
                 pid = self.holder_pid()
                 raise InstanceUnavailable(
@@ -264,4 +324,5 @@ def claim_for_launch(data_dir: Path, req: OpenRequest, new_instance: bool,
     return None
 
 
-__all__ = ["InstanceGuard", "InstanceUnavailable", "claim_for_launch", "instance_folders", "server_name"]
+__all__ = ["InstanceGuard", "InstanceUnavailable", "claim_for_launch", "instance_folders", "private_folder",
+           "server_name"]

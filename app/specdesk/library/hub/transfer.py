@@ -24,8 +24,17 @@ is done here by hand.
 A part's size is the listing's (or the ``HEAD``'s when the listing has none; the two
 must agree). The partial file is never written past it: a server that sends more is
 stopped at the first byte too many and the partial file deleted, so a hostile or
-broken mirror cannot fill the disk. A split model's parts are validated as one model
-(``validate_gguf`` of the first part reads them all), as llama.cpp will load it.
+broken mirror cannot fill the disk. When neither gives a size (a mirror), the part is
+written up to ``UNSIZED_LIMIT`` at most (50 GB, the largest file the Hub serves over
+plain HTTP), and stopped there the same way. A split model's parts are validated as one
+model (``validate_gguf`` of the first part reads them all), as llama.cpp will load it.
+
+Without a sha256 (a mirror whose listing has none and whose etag is no sha256), nothing
+can tell a right part from a wrong one of the right shape, so: a partial file left by
+an earlier call is not resumed but downloaded again from the start (its bytes may be
+another version's, or a broken transfer's), and the finished part must read as a GGUF
+file (``read_gguf``: its header, and every tensor's data inside the file) before it is
+moved into place; one that does not is deleted.
 
 Progress and cancellation go through the ``tqdm_class`` hook of ``http_get``: its
 ``update`` reports the bytes and raises ``Cancelled`` when ``cancel()`` is true. The
@@ -48,7 +57,7 @@ from urllib.parse import urlsplit
 
 from ...errors import Cancelled, ModelFileError, SpecDeskError
 from ...fmt import format_download_size
-from ..gguf import validate_gguf
+from ..gguf import read_gguf, validate_gguf
 from .errors import DownloadError, _map_error, _network_error_types, _offline_error_types, _one_line
 from .location import _cache_path, _endpoint_now
 from .repo import HubFile, HubModelFile
@@ -58,6 +67,9 @@ CancelCheck = Callable[[], bool]
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _HASH_BLOCK = 8 << 20
+#: The most bytes written for a part whose size neither the listing nor the HEAD gives:
+#: huggingface_hub's MAX_HTTP_DOWNLOAD_SIZE, the largest file the Hub serves over plain HTTP.
+UNSIZED_LIMIT = 50 * 1000**3
 
 
 @dataclass
@@ -82,7 +94,7 @@ def _open_partial(path: Path):
 
 
 class _TooLarge(Exception):  # noqa: N818 - a signal from the writer, turned into a DownloadError
-    """The server sent more bytes than the part's known size."""
+    """The server sent more bytes than the part's known size (or ``UNSIZED_LIMIT``)."""
 
 
 class _Bounded:
@@ -266,13 +278,15 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
         if part.blob.exists():
             report(part.size or _file_size(part.blob))
             return
+        limit = part.size if part.size is not None else UNSIZED_LIMIT
         resume = _file_size(part.partial)
-        if part.size is not None and resume > part.size:
+        if resume > limit or (resume and part.sha256 is None):
+            # too long to be this part; or, with no checksum to check it, not to be trusted
             part.partial.unlink(missing_ok=True)
             resume = 0
         try:
             with _open_partial(part.partial) as f:
-                out = f if part.size is None else _Bounded(f, part.size)
+                out = _Bounded(f, limit)
                 http_get(part.url, out, resume_size=resume, headers=dict(part.headers), expected_size=part.size,
                          displayed_filename=name.rsplit("/", 1)[-1],
                          tqdm_class=_progress_class(report, cancel))  # type: ignore[arg-type]
@@ -280,6 +294,10 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
             raise
         except _TooLarge:
             part.partial.unlink(missing_ok=True)
+            if part.size is None:
+                raise DownloadError(f"{name}: the server gave no size for it and sent more than "
+                                    f"{format_download_size(limit)}, the most SpecDesk downloads of a file of unknown "
+                                    "size; stopped there and deleted the partial download") from None
             raise DownloadError(f"{name}: the server sent more than the {format_download_size(part.size)} the Hub "
                                 "lists; stopped there and deleted the partial download") from None
         except HfHubHTTPError as e:
@@ -313,6 +331,15 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
                 part.partial.unlink(missing_ok=True)
                 raise DownloadError(f"{name}: checksum mismatch, the download has sha256 {digest[:16]}... but the "
                                     f"Hub lists {part.sha256[:16]}...; the corrupt file was deleted, try again")
+        else:
+            try:
+                read_gguf(part.partial, lazy_arrays=True, cancel=cancel)
+            except ModelFileError as e:
+                part.partial.unlink(missing_ok=True)
+                why = str(e).split(": ", 1)[-1]  # without the partial file's own name
+                raise DownloadError(f"{name}: the download is not a usable GGUF file ({why}); with no sha256 known for it "
+                                    "(neither the listing nor the etag gives one), nothing else could check it, and it "
+                                    "was deleted") from None
         os.replace(part.partial, part.blob)
 
 

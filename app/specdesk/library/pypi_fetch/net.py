@@ -15,7 +15,11 @@ Only http and https are fetched: the opener has no file, ftp or data handler, a 
 another scheme is refused before anything is opened, and so is a redirect to one (a
 remote index must not make the fetcher read local files or reach other protocols; a
 local index or find-links folder the user configured is read by :mod:`.pages` and
-:mod:`.transfer` directly, without the network).
+:mod:`.transfer` directly, without the network). A redirect must also lead where a
+listed link may (``PipSettings.secure_origin``: https, or http on a local or trusted
+host), unless the URL asked came from ``$SPECDESK_PYPI_URL`` (``open(any_host=True)``):
+an https index or file host could otherwise send the download to plain http on any host,
+where the same URL listed on the page is refused.
 
 :class:`_Net` also words what went wrong reaching a host (``via``, ``why``, ``refused``).
 """
@@ -127,8 +131,17 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         if scheme not in SCHEMES:  # urllib itself would follow a redirect to ftp:
             raise FetchError(f"{redact(req.full_url)} redirected to a URL that is not http or https "
                              f"({redact(newurl)[:100]}), refused")
+        any_host = getattr(req, "any_host", False)
+        if not any_host and not self._net.settings.secure_origin(newurl):
+            host = urllib.parse.urlsplit(newurl).hostname or newurl
+            raise FetchError(f"{redact(req.full_url)[:100]} redirected to {redact(newurl)[:100]}, not a trusted or secure "
+                             f"host, refused as a link to it would be: use https, or add {host} to "
+                             + (self._net.settings.trusted_setting or "PIP_TRUSTED_HOST or trusted-host in pip.conf"))
         self._net.last_url = newurl
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.any_host = any_host  # the next redirect of the chain is held to the same rule
+        return new
 
 
 def _host_key(url: str) -> str:
@@ -227,7 +240,9 @@ class _Net:
             opener.add_handler(handler)
         return opener
 
-    def open(self, url: str, accept: str | None = None):
+    def open(self, url: str, accept: str | None = None, any_host: bool = False):
+        """``url``, following redirects only to http(s) and, unless ``any_host`` (a URL
+        from ``$SPECDESK_PYPI_URL``), only to secure or trusted origins."""
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in SCHEMES:
             raise FetchError(f"refusing to fetch {redact(url)[:100]}: only http and https URLs are fetched")
@@ -237,6 +252,7 @@ class _Net:
         if accept:
             headers["Accept"] = accept
         req = urllib.request.Request(url, headers=headers)
+        req.any_host = any_host
         self.last_url = url
         auth = self.auth.get(_host_key(url))
         if auth:

@@ -91,7 +91,7 @@ def _remote_page(net: _Net, url: str, source: Index, subject: str, missing: str)
                     + (net.settings.trusted_setting or "PIP_TRUSTED_HOST or trusted-host in pip.conf"))
 
     def get():
-        with net.open(url, _ACCEPT) as r:
+        with net.open(url, _ACCEPT, any_host=source.setting == ENV_OVERRIDE) as r:
             return r.read(), r.headers.get_content_type(), r.headers.get_content_charset() or "utf-8", r.geturl()
 
     try:

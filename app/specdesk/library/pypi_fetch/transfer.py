@@ -5,7 +5,10 @@ by a local index or find-links folder the user configured, is copied without the
 network) into a unique temporary file beside its final name while hashing it; the hash
 the index or page gives and the size are checked, and only then is it moved into place
 with :func:`os.replace`. A wheel whose size is listed is never written past that size:
-a host that sends more is stopped at the first byte too many.
+a host that sends more is stopped at the first byte too many. One whose size is not
+listed (a PEP 503 HTML page has none) is never written past ``UNSIZED_LIMIT`` (4 GiB,
+far above PyPI's 100 MB per file unless raised for a project): a host that sends a body
+that does not end cannot fill the disk.
 
 An interrupted or corrupt download never leaves a wheel in ``dest``; two processes
 downloading the same wheel never share a temporary file; a wheel already there with the
@@ -25,11 +28,14 @@ from pathlib import Path
 
 from ...errors import FetchError
 from ...files import atomic_file, sha256_file
-from ..pip_settings import PipSettings, pip_settings
+from ...fmt import format_bytes
+from ..pip_settings import ENV_OVERRIDE, PipSettings, pip_settings
 from .net import _BACKOFF, _RETRY_STATUS, _TIMEOUT, _Net
 from .resolve import WheelInfo, find_wheel
 
 _CHUNK = 1024 * 1024
+#: The most bytes written for a wheel whose size the index does not list.
+UNSIZED_LIMIT = 4 << 30
 
 Progress = Callable[[str, float], None]  # (message, fraction 0..1)
 
@@ -45,7 +51,7 @@ def _source(net: _Net, info: WheelInfo):
     """The wheel's bytes: a local file (only one a local page listed) or the network."""
     if info.local:
         return open(urllib.request.url2pathname(urllib.parse.urlsplit(info.url).path), "rb")  # noqa: SIM115
-    return net.open(info.url)
+    return net.open(info.url, any_host=info.index.setting == ENV_OVERRIDE)
 
 
 def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], None]) -> Path:
@@ -54,13 +60,17 @@ def _download(net: _Net, info: WheelInfo, dest: Path, on_bytes: Callable[[int], 
     written = 0
     where = f"{info.index.shown} ({info.index.setting})"
     # a public wheel, readable as pip saves it; checked before it takes its name
+    limit = info.size if info.size is not None else UNSIZED_LIMIT
     with atomic_file(final, 0o644, suffix=".partial") as out, _source(net, info) as r:
         while True:
-            # with a listed size, one byte past it is all that is ever read: never written
-            b = r.read(_CHUNK if info.size is None else min(_CHUNK, info.size - written + 1))
+            # one byte past the size (or the limit) is all that is ever read: never written
+            b = r.read(min(_CHUNK, limit - written + 1))
             if not b:
                 break
-            if info.size is not None and written + len(b) > info.size:
+            if written + len(b) > limit:
+                if info.size is None:
+                    raise FetchError(f"{info.filename}: the download is larger than {format_bytes(limit)}, the most "
+                                     f"SpecDesk takes for a wheel whose size {where} does not list; stopped there")
                 raise FetchError(f"{info.filename}: the download is larger than the {info.size:,} bytes "
                                  f"{where} lists; stopped there")
             out.write(b)
