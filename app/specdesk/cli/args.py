@@ -13,6 +13,7 @@ from ..errors import ModelFileError, SpecDeskError
 from ..library.defaults import default_models
 from ..session import PROPOSERS, GenerationConfig, ModelSpec, Session, gpu_layers_note
 from ..session.core import plan_target
+from ..session.offload import Offload, margin_text, resolve_offload
 from ..session.remote import parse_endpoints, parse_split, require_rpc, set_lost_handler
 from ..speculative.sampling import SamplingParams
 from .output import EXIT_USAGE
@@ -46,6 +47,28 @@ def positive_int(name: str):
 
 def non_negative_int(name: str):
     return int_at_least(name, 0, "an integer >= 0")
+
+
+def gpu_layers(name: str):
+    """An argparse type: ``auto`` (as many layers as fit, the target first) or a count >= 0."""
+
+    def parse(v: str) -> int | str:
+        if v == "auto":
+            return "auto"
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be 'auto' or an integer >= 0, got {v!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be 'auto' or an integer >= 0, got {n}")
+        return n
+
+    return parse
+
+
+def layers_of(v: int | str) -> int | None:
+    """A --gpu-layers value as ModelSpec takes it: None for auto."""
+    return None if v == "auto" else int(v)
 
 
 def draft_length(v: str) -> int | str:
@@ -132,8 +155,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", type=Path, help="draft GGUF (default: the default pair's draft in models/)")
     g.add_argument("--ctx", type=positive_int("context size"), default=4096, help="context size in tokens (default 4096)")
     g.add_argument("--threads", type=positive_int("threads"), default=None, help="CPU threads (default: physical cores)")
-    g.add_argument("--gpu-layers", type=non_negative_int("GPU layers"), default=0, help="target layers to offload to the GPU")
-    g.add_argument("--draft-gpu-layers", type=non_negative_int("draft GPU layers"), default=None,
+    g.add_argument("--gpu-layers", type=gpu_layers("GPU layers"), default="auto", metavar="auto|N",
+                   help="target layers to offload to the GPU (default auto: on a GPU build as many as its free memory "
+                        "holds, the target first; none on a CPU-only build)")
+    g.add_argument("--draft-gpu-layers", type=gpu_layers("draft GPU layers"), default=None, metavar="auto|N",
                    help="draft layers to offload (default: same as --gpu-layers)")
     g.add_argument("--rpc", type=rpc_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
                    help="place the target's layers on these RPC servers (`specdesk rpc-server` on each) and the local "
@@ -182,7 +207,7 @@ def default_model_path(role: str) -> Path:
     return m.path
 
 
-def warn_gpu_layers(n_gpu_layers: int, who: str = "") -> None:
+def warn_gpu_layers(n_gpu_layers: int | None, who: str = "") -> None:
     """GPU layers on a build that cannot offload are said to do nothing, not silently ignored."""
     note = gpu_layers_note(n_gpu_layers, who)
     if note:
@@ -192,11 +217,12 @@ def warn_gpu_layers(n_gpu_layers: int, who: str = "") -> None:
 def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None]:
     target = args.target or default_model_path("target")
     rpc = tuple(getattr(args, "rpc", ()) or ())
-    dgl = args.gpu_layers if args.draft_gpu_layers is None else args.draft_gpu_layers
+    tgl = layers_of(args.gpu_layers)
+    dgl = tgl if args.draft_gpu_layers is None else layers_of(args.draft_gpu_layers)
     if rpc:  # the target's layers go to the RPC servers' devices; only the draft's stay here
         warn_gpu_layers(dgl if need_draft else 0, "the draft's")
     else:
-        warn_gpu_layers(max(args.gpu_layers, dgl if need_draft else 0))
+        warn_gpu_layers(max(tgl or 0, (dgl or 0) if need_draft else 0))
     split = getattr(args, "tensor_split", None)
     cpus = os.cpu_count() or 1
     if args.threads and args.threads > cpus:
@@ -205,21 +231,45 @@ def specs_from_args(args, need_draft: bool) -> tuple[ModelSpec, ModelSpec | None
         print(f"specdesk: note: --threads {args.threads} is more than this machine's {cpus} CPUs: its threads will "
               f"wait for each other; {cpus} or fewer is faster", file=sys.stderr)
     use_rpc(rpc)
-    t = ModelSpec(target, n_gpu_layers=args.gpu_layers, threads=args.threads, n_ctx=args.ctx, rpc=rpc, tensor_split=split)
+    t = ModelSpec(target, n_gpu_layers=tgl, threads=args.threads, n_ctx=args.ctx, rpc=rpc, tensor_split=split)
     if not need_draft:
         return t, None
     draft = args.draft or default_model_path("draft")
     return t, ModelSpec(draft, n_gpu_layers=dgl, threads=args.threads, n_ctx=args.ctx)
 
 
-def load_session(args, need_draft: bool) -> Session:
-    """The models the options name; a draft with another vocabulary drafts translated
-    unless ``--same-vocab-only``."""
+def offload_note(off: Offload) -> str | None:
+    """Where the local models' layers go, on a build that offloads (a CPU-only build
+    says nothing: nothing changed there); a target placed on RPC servers has its own note."""
+    if not off.offloads:
+        return None
+    said = "; ".join(w.describe() for w in off.roles if not w.plan)
+    if not said:
+        return None
+    if off.limited:
+        said += f" — {margin_text(off)}; --gpu-layers N and --draft-gpu-layers N choose"
+    return said
+
+
+def resolve_specs(args, need_draft: bool):
+    """The specs, the target's RPC plan and where the layers go, as a load takes them,
+    with the notes that say so on stderr."""
     t, d = specs_from_args(args, need_draft=need_draft)
     where = plan_target(t)  # each RPC server checked and registered once, for the note and the load
     if where is not None:
         print(f"specdesk: note: target {t.path.name}: {where.describe()}; the draft stays local", file=sys.stderr)
-    s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False), placement=where)
+    off = resolve_offload(t, d, where)
+    note = offload_note(off)
+    if note:
+        print(f"specdesk: note: {note}", file=sys.stderr)
+    return t, d, where, off
+
+
+def load_session(args, need_draft: bool) -> Session:
+    """The models the options name; a draft with another vocabulary drafts translated
+    unless ``--same-vocab-only``."""
+    t, d, where, off = resolve_specs(args, need_draft)
+    s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False), placement=where, offload=off)
     if s.translated:
         print(f"specdesk: note: {d.path.name} has another vocabulary than {t.path.name} "
               f"({s.compat.reason}): it drafts text that is re-tokenized for the target "

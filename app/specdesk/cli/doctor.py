@@ -12,7 +12,9 @@ from ..fmt import format_bytes
 from ..library.defaults import default_models, is_present
 from ..library.discovery import scan
 from ..paths import models_dir, user_cache_dir, user_data_dir
-from ..session import backends, build_info, devices, gpu_build_hint, supports_gpu_offload
+from ..errors import SpecDeskError
+from ..session import ModelSpec, backends, build_info, devices, gpu_build_hint, supports_gpu_offload
+from ..session.offload import MARGIN_BYTES, fit_offload, offload_gpus
 from ..session.text import mtp_heads_text
 from ..session.remote import register_servers, reinstall_command, rpc_supported
 from .args import rpc_endpoints, use_rpc
@@ -27,10 +29,30 @@ def add_parser(sub) -> None:
                    help="also list the devices of these RPC servers, with their memory")
 
 
+def offload_effect(devs: list, offload: bool) -> tuple[str, str | None]:
+    """What GPU layers do on this build, and where the default pair would go by default
+    (at the default context; None without a GPU or without the pair's files)."""
+    if not offload:
+        return "none: this llama.cpp has no GPU backend, so --gpu-layers and the app's GPU layers are ignored", None
+    if not offload_gpus(devs):
+        return "no GPU device was found, so models run on the CPU", None
+    effect = (f"by default as many layers as the GPU's free memory holds, less {format_bytes(MARGIN_BYTES)} per device, "
+              "the target first (--gpu-layers N and the app's settings choose)")
+    pair = default_models(["target", "draft"])
+    if not all(m.path.is_file() for m in pair):
+        return effect, None
+    try:
+        off = fit_offload(ModelSpec(pair[0].path), ModelSpec(pair[1].path), devs, offload)
+    except SpecDeskError:  # a damaged default file: the pair's own line says so
+        return effect, None
+    return effect, off.describe()
+
+
 def report(scan_library: bool = True) -> dict:
     info = build_info()
     offload = supports_gpu_offload()
     devs = devices()
+    effect, default_pair = offload_effect(devs, offload)
     vm = psutil.virtual_memory()
     out: dict = {
         "specdesk": __version__,
@@ -48,8 +70,8 @@ def report(scan_library: bool = True) -> dict:
         "devices": [d.to_dict() for d in devs],
         "gpu_offload": {
             "supported": offload,
-            "gpu_layers_effect": "layers offload to the GPU devices above" if offload and any(d.is_gpu for d in devs) else
-            "none: this llama.cpp has no GPU backend, so --gpu-layers and the app's GPU layers are ignored",
+            "gpu_layers_effect": effect,
+            "default_pair": default_pair,
             "fix": None if offload else gpu_build_hint(),
         },
         "rpc": {"supported": rpc_supported(), "fix": None if rpc_supported() else reinstall_command()},
@@ -94,6 +116,8 @@ def _text(r: dict) -> str:
                      f"{format_bytes(d['total_bytes'])}  ({'RPC server ' if d.get('is_remote') else ''}{d['description']})")
     g = r["gpu_offload"]
     lines.append(f"GPU offload: {'yes' if g['supported'] else 'no'}: {g['gpu_layers_effect']}")
+    if g.get("default_pair"):
+        lines.append(f"  the default pair, by default: {g['default_pair']}")
     if g["fix"]:
         lines.append(f"  to offload: {g['fix']}")
     rpc = r.get("rpc") or {}

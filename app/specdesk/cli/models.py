@@ -14,7 +14,7 @@ from .download import add_download_parser, cmd_download
 from ..library.pairing import check_pair, drafts_for
 from ..session import ModelSpec, devices, supports_gpu_offload
 from ..session.preflight import estimate
-from .args import Parser, non_negative_int, positive_int, warn_gpu_layers
+from .args import Parser, gpu_layers, layers_of, positive_int, warn_gpu_layers
 from .output import EXIT_USAGE, dump_json, printable, progress_bar
 
 
@@ -30,7 +30,8 @@ def add_parsers(sub) -> None:
     ins.add_argument("file", type=Path)
     ins.add_argument("--json", action="store_true")
     ins.add_argument("--ctx", type=positive_int("context size"), default=4096)
-    ins.add_argument("--gpu-layers", type=non_negative_int("GPU layers"), default=0)
+    ins.add_argument("--gpu-layers", type=gpu_layers("GPU layers"), default="auto", metavar="auto|N",
+                     help="layers offloaded in the estimate (default auto: as many as the GPU holds, as a load would)")
     add_download_parser(msub)
     cp = msub.add_parser("check-pair", help="can DRAFT speculate for TARGET? exit 0 if so, 2 with the reason if not")
     cp.add_argument("target", type=Path)
@@ -118,9 +119,9 @@ def _list(args) -> int:
 
 
 def _inspect(args) -> int:
-    warn_gpu_layers(args.gpu_layers)
+    warn_gpu_layers(layers_of(args.gpu_layers))
     info = inspect_gguf(args.file)
-    info["memory"] = estimate(ModelSpec(args.file, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx))
+    info["memory"] = estimate(ModelSpec(args.file, n_gpu_layers=layers_of(args.gpu_layers), n_ctx=args.ctx))
     info["devices"] = [d.to_dict() for d in devices()]
     info["gpu_offload"] = supports_gpu_offload()
     if args.json:

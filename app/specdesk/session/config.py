@@ -34,7 +34,9 @@ def needs_draft_model(proposer: str) -> bool:
 @dataclass(frozen=True)
 class ModelSpec:
     path: Path
-    n_gpu_layers: int = 0
+    #: layers to offload to the GPU; None ("auto"): as many as fit, the target first
+    #: (session.offload resolves it before anything reads it)
+    n_gpu_layers: int | None = None
     threads: int | None = None
     n_ctx: int = 4096
     #: RPC servers (host:port) to place this model's layers on, with the local devices

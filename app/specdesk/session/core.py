@@ -35,6 +35,7 @@ from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
 from . import costcache, remote
+from .offload import Offload, resolve_offload
 from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec, translated_refusal
 from .mtp import TargetHeads
 
@@ -90,11 +91,13 @@ def check_context_memory(spec: ModelSpec) -> None:
 
 
 class LoadedModel:
-    def __init__(self, role: str, spec: ModelSpec, model: Model, ctx: Context) -> None:
+    def __init__(self, role: str, spec: ModelSpec, model: Model, ctx: Context, where: str = "") -> None:
         self.role = role
         self.spec = spec
         self.model = model
         self.ctx = ctx
+        #: where its layers are, in words, on a build that offloads ("" on a CPU-only one)
+        self.where = where
 
     @property
     def name(self) -> str:
@@ -119,6 +122,7 @@ class LoadedModel:
             compute_bytes=int(compute),
             vram_bytes=int(vram),
             remote_bytes=int(remote_b),
+            where=self.where,
         )
 
     def close(self) -> None:
@@ -127,7 +131,7 @@ class LoadedModel:
 
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
-              placement: remote.Placement | None = None, load_mtp: bool = False) -> LoadedModel:
+              placement: remote.Placement | None = None, where: str = "", load_mtp: bool = False) -> LoadedModel:
     spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
@@ -153,7 +157,7 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
     except BaseException:
         model.close()
         raise
-    return LoadedModel(role, spec, model, ctx)
+    return LoadedModel(role, spec, model, ctx, where)
 
 
 def weights_to_repack(path: Path, n_gpu_layers: int) -> list[str]:
@@ -169,7 +173,8 @@ def plan_target(spec: ModelSpec) -> remote.Placement | None:
     """Where the target's layers go: across the RPC servers the spec names (and local
     devices), each server checked and registered once; None leaves it to llama.cpp."""
     if spec.rpc or spec.tensor_split:
-        return remote.prepare_placement(spec.path, spec.n_gpu_layers, spec.rpc, spec.tensor_split)
+        # auto (None) is today's behaviour there: all layers to the servers' devices
+        return remote.prepare_placement(spec.path, spec.n_gpu_layers or 0, spec.rpc, spec.tensor_split)
     return None
 
 
@@ -266,31 +271,38 @@ class Session:
         remember_costs: bool = True,
         translate: bool = False,
         placement: remote.Placement | None = None,
+        offload: Offload | None = None,
     ) -> "Session":
         """Load the target (and the draft, checked for compatibility). With
         ``remember_costs``, ``auto`` starts from the costs measured on this pair
         last time and saves its own when the session closes. With ``translate``, a
         draft with another vocabulary drafts text that is re-tokenized for the target
         (``translated``) instead of being refused. ``placement`` is the target's plan
-        (:func:`plan_target`, e.g. from the preflight); without one it is planned here."""
+        (:func:`plan_target`, e.g. from the preflight); without one it is planned here.
+        ``offload`` is where auto layers go (:func:`~specdesk.session.offload.resolve_offload`,
+        e.g. from the preflight or the CLI's note); without one it is fitted here."""
         shared_renderer().start()  # the chat template's helper process starts while the models load
         target = replace(target, path=check_model_file(target.path))
         if draft is not None:
             draft = replace(draft, path=check_model_file(draft.path))
+        if placement is None:
+            placement = plan_target(target)
+        if offload is None:
+            offload = resolve_offload(target, draft, placement)
+        target, draft = offload.apply(target, draft)  # no auto count past this line
+        wheres = [w.place() if offload.offloads else "" for w in offload.roles] + [""]
         for spec in (target, draft):
             if spec is not None:
                 check_context_memory(spec)
         sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
-        if placement is None:
-            placement = plan_target(target)
         heads = TargetHeads.of_file(target.path)
-        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, load_mtp=heads.load)
+        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, wheres[0], load_mtp=heads.load)
         try:
             d = None
             compat = None
             if draft is not None:
-                d = _load_one("draft", draft, progress, split, 1.0)
+                d = _load_one("draft", draft, progress, split, 1.0, where=wheres[1])
                 compat = check_compatible(t.model.vocab_info(), d.model.vocab_info())
                 if not compat and not translate:
                     d.close()

@@ -24,10 +24,10 @@ def gpu_build_hint() -> str:
             "(-DGGML_VULKAN=on, -DGGML_METAL=on or -DGGML_HIP=on for other GPUs)")
 
 
-def gpu_layers_note(n_gpu_layers: int, who: str = "") -> str | None:
+def gpu_layers_note(n_gpu_layers: int | None, who: str = "") -> str | None:
     """Why ``n_gpu_layers`` (``who``'s, e.g. "the draft's") has no effect on this build,
-    or None when it has one."""
-    if n_gpu_layers <= 0 or supports_gpu_offload():
+    or None when it has one; auto (None) needs no word: it offloads nothing there."""
+    if n_gpu_layers is None or n_gpu_layers <= 0 or supports_gpu_offload():
         return None
     whose = f"{who} " if who else ""
     return (f"this llama.cpp was built without GPU support, so {whose}{n_gpu_layers} GPU layers have no effect: "

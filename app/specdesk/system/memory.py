@@ -26,6 +26,7 @@ class ModelMemory:
     compute_bytes: int = 0  # compute graph and output buffers
     vram_bytes: int = 0  # the part of all the above that lives on a GPU
     remote_bytes: int = 0  # the part that lives on other machines (RPC servers)
+    where: str = ""  # where its layers are, in words, on a build that offloads ("all 29 layers on CUDA0 (...)")
 
     @property
     def total_bytes(self) -> int:

@@ -141,10 +141,12 @@ class PairLoader(QObject):
         self._start_load(req, msg, pre)  # the check's request goes on as this load, with its plan
 
     def _start_load(self, req: LoadRequest, estimate_msg: str, pre: Preflight) -> None:
-        tspec, dspec, plan = req.target, req.draft, pre.plan
+        tspec, dspec, plan, offload = req.target, req.draft, pre.plan, pre.offload
         # a draft with another vocabulary drafts translated text (the picker marks it);
-        # the target goes where the check planned (each RPC server registered once)
-        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True, placement=plan), "model load")
+        # the target goes where the check planned (each RPC server registered once), and
+        # auto GPU layers as the check fitted them
+        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True, placement=plan,
+                                           offload=offload), "model load")
         self._task = task
         task.progress.connect(lambda m, f: self.busy.emit(f"{m}  ({estimate_msg})", f))
         task.succeeded.connect(lambda session: self._load_succeeded(task, session))

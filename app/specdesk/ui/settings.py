@@ -57,9 +57,13 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_tokens": (1, 1 << 20),
     "n_ctx": (256, 1 << 20),
     "threads": (0, 256),
-    "target_gpu_layers": (0, 999),
-    "draft_gpu_layers": (0, 999),
+    "target_gpu_layers": (-1, 999),
+    "draft_gpu_layers": (-1, 999),
 }
+#: GPU layers "auto" (as many as fit, the target first): the spin box's lowest value, shown as "auto"
+AUTO_LAYERS = -1
+#: Present in settings stored since GPU layers default to auto; in older ones 0 was the default
+LAYERS_FORMAT_KEY = "gpu_layers_auto"
 
 
 def rpc_error(text: str) -> str | None:
@@ -117,12 +121,12 @@ class ChatSettings:
     max_tokens: int = 512
     n_ctx: int = 4096
     threads: int = 0  # 0 = physical cores
-    target_gpu_layers: int = 0
-    draft_gpu_layers: int = 0
+    target_gpu_layers: int = AUTO_LAYERS  # AUTO_LAYERS: as many as fit (session.offload); 0: none
+    draft_gpu_layers: int = AUTO_LAYERS
     rpc: str = ""  # host:port[,host:port...]: RPC servers for the target's layers (the draft stays local)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), LAYERS_FORMAT_KEY: True}
 
     @classmethod
     def from_dict(cls, d: object) -> "ChatSettings":
@@ -144,7 +148,7 @@ class ChatSettings:
                 out = replace(out, **{f.name: value})
             else:
                 log.warning("ignoring the stored setting %s=%s (%s); using %r", f.name, _short(d[f.name]), why, default)
-        return out
+        return _old_default_layers(d, out)
 
     def proposer_for(self, has_draft: bool, mtp_refusal: str | None = "") -> tuple[str, str]:
         """The proposer an answer runs, and why it is not the chat's own ("" when it is):
@@ -180,10 +184,21 @@ class ChatSettings:
     def model_spec(self, path, role: str) -> ModelSpec:
         layers = self.target_gpu_layers if role == "target" else self.draft_gpu_layers
         rpc = parse_endpoints(self.rpc) if role == "target" and rpc_error(self.rpc) is None else ()
-        return ModelSpec(path, n_gpu_layers=layers, threads=self.threads or None, n_ctx=self.n_ctx, rpc=rpc)
+        return ModelSpec(path, n_gpu_layers=None if layers == AUTO_LAYERS else layers, threads=self.threads or None, n_ctx=self.n_ctx, rpc=rpc)
 
     def needs_reload(self, other: "ChatSettings") -> bool:
         return any(getattr(self, k) != getattr(other, k) for k in RELOAD_KEYS)
+
+
+def _old_default_layers(d: dict, s: ChatSettings) -> ChatSettings:
+    """Settings stored before GPU layers defaulted to auto held 0 and 0 for both models:
+    the old default (the boxes were disabled on CPU-only builds, and on a GPU build 0 was
+    what a user who chose nothing kept), so such a pair becomes auto. A pair in which
+    either count is not 0 was chosen, and stays as stored; in settings stored since,
+    0 means 0."""
+    if LAYERS_FORMAT_KEY in d or (s.target_gpu_layers, s.draft_gpu_layers) != (0, 0):
+        return s
+    return replace(s, target_gpu_layers=AUTO_LAYERS, draft_gpu_layers=AUTO_LAYERS)
 
 
 def load_defaults() -> ChatSettings:
@@ -333,6 +348,9 @@ class SettingsDialog(QDialog):
         lo, hi = RANGES[name]
         w.setRange(int(lo), int(hi))
         w.setValue(v)
+        if name.endswith("_gpu_layers"):
+            w.setSpecialValueText("auto")  # AUTO_LAYERS, the lowest value
+            w.setToolTip("auto: as many layers as the GPU's free memory holds, the target first; 0: none")
         return w
 
     @staticmethod

@@ -468,6 +468,8 @@ class StatsPanel(QFrame):
                 text += f"; {format_bytes(m.vram_bytes)} of it on the GPU"
             if getattr(m, "remote_bytes", 0):
                 text += f"; {format_bytes(m.remote_bytes)} of it on RPC servers"
+            if getattr(m, "where", ""):  # on a build that offloads: where its layers are
+                text = f"{html.escape(m.where)}<br>{text}"
             return text
 
         if t:
