@@ -6,7 +6,6 @@ from fakes import FakeBackend, FakeModel
 from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
 from specdesk.cli import build_parser
 from specdesk.session import GenerationConfig, needs_draft_model
-from specdesk.session.text import PROPOSER_LABELS
 from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, registry
 
 
@@ -32,9 +31,12 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
 
 
 def test_the_app_offers_every_proposer_in_settings_and_compare():
-    from specdesk.ui.compare_tab import PRESET_CONFIGS
+    from specdesk.ui.compare_tab import DEFAULT_ON, PRESET_CONFIGS
+    from specdesk.ui.settings import PROPOSER_LABELS
 
-    assert set(PROPOSER_LABELS) == set(registry.NAMES)
+    assert all(k.label for k in registry.KINDS)
+    assert PROPOSER_LABELS == {n: registry.kind(n).label for n in registry.CHOICES}
+    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON <= set(PRESET_CONFIGS)
     # every proposer a user chooses has a preset on the Compare tab (none is the baseline;
     # translated is what draft presets run as on a pair of two vocabularies)
     offered = {c.split(":")[0] for c in PRESET_CONFIGS}

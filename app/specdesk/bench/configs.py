@@ -19,7 +19,8 @@ from ..session import PROPOSERS, GenerationConfig, translated_refusal
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
-DEFAULT_CONFIGS = "none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid"
+#: ``none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid``: the registry's bench presets
+DEFAULT_CONFIGS = ",".join(registry.BENCH_DEFAULT)
 
 
 class ConfigError(SpecDeskError):

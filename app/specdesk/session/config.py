@@ -56,7 +56,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    proposer: str = "draft"
+    proposer: str = registry.DEFAULT
     k: int | str = "auto"
     p_min: float = 0.75
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -1,13 +1,15 @@
 """SpecDesk's results in words: one module for the sentences the CLI, the app and the
 reports show, over the typed results of the algorithm (which holds none).
 
-- proposers: the label each proposer of the registry is offered under;
 - kernel drift (:class:`~specdesk.speculative.drift.Drift`): its summary and what
   "the same output" means on this machine (:func:`claim_text`);
 - divergences at T=0 (``Divergence.to_dict()``): near-tie or mismatch, in a sentence;
 - an answer slower than target alone: why, from its own statistics;
 - auto's current estimate (:class:`~specdesk.speculative.controller.Estimate`): drafting
   against target alone, per token, and why it drafts or not.
+
+A proposer's label is a name, not a sentence: it lives on its row of the registry
+(:mod:`specdesk.speculative.proposers.registry`), with the rest of what makes the kind.
 """
 
 from __future__ import annotations
@@ -15,19 +17,7 @@ from __future__ import annotations
 from ..chat.sandbox import HINT as TEMPLATE_HINT
 from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
-from ..speculative.proposers import registry
 from ..speculative.stats import Stats
-
-#: The label of every proposer of the registry, as the app offers them.
-PROPOSER_LABELS = {
-    "draft": "Draft model",
-    "translated": "Draft model, translated (another vocabulary)",
-    "ngram": "N-gram lookup (no draft model)",
-    "ngram+history": "N-gram lookup, earlier turns too (no draft model)",
-    "hybrid": "Hybrid (n-gram or earlier turns, else draft model)",
-    "none": "None (target alone)",
-}
-assert set(PROPOSER_LABELS) == set(registry.NAMES), "every proposer needs a label"
 
 
 def for_the_app(message: str) -> str:

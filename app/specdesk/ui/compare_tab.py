@@ -67,14 +67,16 @@ from ..session.text import (
     VERDICT_LABELS,
     verdict_text,
 )
+from ..speculative.proposers import registry
 from .replay import RaceView
 from .stats_panel import BLUE, GREY
 from .tasks import Task
 
 log = logging.getLogger(__name__)
 
-PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "ngram+history", "hybrid"]
-DEFAULT_ON = {"draft:k=2", "draft:k=4", "draft:auto", "ngram"}
+#: The configurations offered as check boxes, and those ticked at first: the registry's presets.
+PRESET_CONFIGS = list(registry.PRESETS)
+DEFAULT_ON = registry.CHECKED
 CUSTOM_PROMPT = "(your prompt below)"
 
 # A speedup's colour follows its verdict: green only when the whole interval is above 1.

@@ -25,18 +25,17 @@ from PySide6.QtWidgets import (
 )
 
 from ..errors import SpecDeskError
-from ..session import PROPOSER_CHOICES, GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
+from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint
 from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
+from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
 #: The proposers a chat chooses from (translated is what draft runs as on a pair of two
 #: vocabularies), with their labels.
-PROPOSER_LABELS = {name: text.PROPOSER_LABELS[name] for name in PROPOSER_CHOICES}
-#: What a chat whose proposer needs a draft model runs while none is loaded.
-WITHOUT_DRAFT = "ngram"
+PROPOSER_LABELS = {name: registry.kind(name).label for name in registry.CHOICES}
 
 # The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
 # built from it, and a stored value outside it falls back to the default (see
@@ -102,7 +101,7 @@ RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers", "rpc
 
 @dataclass(frozen=True)
 class ChatSettings:
-    proposer: str = "draft"
+    proposer: str = registry.DEFAULT
     k: int = 4
     auto_k: bool = True
     p_min: float = 0.75
@@ -146,8 +145,8 @@ class ChatSettings:
     def proposer_for(self, has_draft: bool) -> tuple[str, str]:
         """The proposer an answer runs, and why it is not the chat's own ("" when it is):
         one that needs a draft model runs n-gram lookups while none is loaded, and says so."""
-        if needs_draft_model(self.proposer) and not has_draft:
-            return WITHOUT_DRAFT, text.without_draft_text(self.proposer, WITHOUT_DRAFT)
+        if registry.kind(self.proposer).needs_draft and not has_draft:
+            return registry.FALLBACK, text.without_draft_text(self.proposer, registry.FALLBACK)
         return self.proposer, ""
 
     def generation_config(self, has_draft: bool) -> GenerationConfig:
