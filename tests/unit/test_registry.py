@@ -5,7 +5,7 @@ import pytest
 from fakes import FakeBackend, FakeModel
 from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
 from specdesk.cli import build_parser
-from specdesk.session import GenerationConfig, needs_draft_model
+from specdesk.session import GenerationConfig
 from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, registry
 
 
@@ -24,7 +24,7 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
     for name in registry.NAMES:
         c = parse_config(name)
         assert c.proposer == name
-        assert c.needs_draft == registry.kind(name).needs_draft == needs_draft_model(name)
+        assert c.needs_draft == registry.kind(name).needs_draft == GenerationConfig(proposer=name).needs_draft
         assert c.generation(GenerationConfig().sampling, 8, 0).proposer == name
     with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, none"):
         parse_config("medusa")

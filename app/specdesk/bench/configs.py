@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SpecDeskError
-from ..session import PROPOSERS, GenerationConfig, translated_refusal
+from ..session import GenerationConfig, translated_refusal
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
@@ -62,10 +62,10 @@ def parse_config(item: str) -> BenchConfig:
     if not parts:
         raise ConfigError("empty configuration in --configs")
     proposer = parts[0]
-    if proposer.endswith("+history") and proposer not in PROPOSERS:
+    if proposer.endswith("+history") and proposer not in registry.REGISTRY:
         raise ConfigError(f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)")
-    if proposer not in PROPOSERS:
-        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(PROPOSERS)}")
+    if proposer not in registry.REGISTRY:
+        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(registry.NAMES)}")
     k: int | str = "auto"
     p_min = 0.0
     seen: dict[str, str] = {}  # option -> as written: one given twice (k=2:k=3) would keep the last silently

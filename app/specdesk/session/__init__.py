@@ -12,7 +12,7 @@ generation step by step, cancel between steps, read statistics and memory.
 """
 
 from .compare import Comparison, compare
-from .config import DRAFT_MODEL_PROPOSERS, LOOKUP_PROPOSERS, PROPOSER_CHOICES, PROPOSERS, GenerationConfig, ModelSpec, needs_draft_model, translated_refusal
+from .config import GenerationConfig, ModelSpec, translated_refusal
 from .core import Generation, LoadedModel, LoadProgress, Session, check_model_file
 from .runtime import (
     Device,
@@ -31,7 +31,7 @@ from .runtime import (
 
 __all__ = [
     "Comparison", "compare",
-    "DRAFT_MODEL_PROPOSERS", "LOOKUP_PROPOSERS", "PROPOSER_CHOICES", "PROPOSERS", "GenerationConfig", "ModelSpec", "needs_draft_model", "translated_refusal",
+    "GenerationConfig", "ModelSpec", "translated_refusal",
     "Generation", "LoadedModel", "LoadProgress", "Session", "check_model_file",
     "Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint", "gpu_layers_note",
     "gpu_memory", "repack_types", "rss_bytes", "supports_gpu_offload",

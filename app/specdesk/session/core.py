@@ -33,7 +33,7 @@ from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
 from . import costcache, remote
-from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec, translated_refusal
+from .config import GenerationConfig, ModelSpec, translated_refusal
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +390,7 @@ class Session:
     def make_proposer(self, config: GenerationConfig) -> Proposer:
         kind = registry.kind(self.proposer_name(config))
         if kind.needs_draft and self.draft is None:
-            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
+            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(registry.WITHOUT_DRAFT)}")
         return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min), history=self.history))
 
     def _draft_proposer(self, p_min: float) -> Proposer:

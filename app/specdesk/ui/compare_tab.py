@@ -54,7 +54,6 @@ from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes
-from ..session import needs_draft_model
 from ..session.text import (
     claim_text,
     noise_text,
@@ -492,7 +491,7 @@ class CompareTab(QWidget):
         c, verdict = row["config"], row.get("verdict")
         mem = res.get("memory") or {}
         extra = "—"
-        if c != "none" and needs_draft_model(c.split(":")[0]):
+        if c != "none" and registry.kind(c.split(":")[0]).needs_draft:
             extra = f"+{format_bytes(mem.get('extra_ram_bytes'))}"
             if mem.get("extra_vram_bytes"):
                 extra += f" (+{format_bytes(mem.get('extra_vram_bytes'))} VRAM)"
