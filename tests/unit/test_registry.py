@@ -3,7 +3,7 @@
 import pytest
 
 from fakes import FakeBackend, FakeModel
-from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
+from specdesk.bench.configs import ConfigError, parse_config, parse_configs, proposer_of, resolve_configs, split_name
 from specdesk.cli import build_parser
 from specdesk.session import GenerationConfig
 from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, registry
@@ -79,3 +79,15 @@ def test_the_chat_settings_offer_every_choice_and_say_when_a_draft_is_missing():
             assert (runs, why) == (name, "")
         assert ChatSettings(proposer=name).proposer_for(has_draft=True) == (name, "")
         assert ChatSettings(proposer=name).generation_config(has_draft=False).proposer == runs
+
+
+def test_one_baseline_one_fallback_one_default_and_every_config_name_reads_back():
+    assert [k.name for k in registry.KINDS if k.baseline] == [registry.BASELINE]
+    assert [k.name for k in registry.KINDS if k.fallback] == [registry.FALLBACK]
+    assert [k.name for k in registry.KINDS if k.default] == [registry.DEFAULT]
+    assert not registry.kind(registry.FALLBACK).needs_draft  # it runs where a draft model is missing
+    configs = parse_configs(",".join(registry.PRESETS))
+    assert configs[0].name == registry.BASELINE and configs[0].baseline and GenerationConfig(proposer=registry.BASELINE).baseline
+    for c in configs:
+        assert proposer_of(c.name) == c.proposer and parse_config(c.name) == c
+    assert split_name("draft:k=2:p_min=0.5") == ("draft", "k=2:p_min=0.5") and split_name("none") == ("none", "")

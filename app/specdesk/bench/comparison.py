@@ -35,7 +35,8 @@ from ..session.drift import pair_drift
 from ..speculative.drift import Drift
 from .advisor import Calibration, advisor_section, calibrate
 from .configs import BenchConfig, resolve_configs
-from .runner import BASELINE, BenchOptions, SessionTarget, run_bench
+from ..speculative.proposers.registry import BASELINE
+from .runner import BenchOptions, SessionTarget, run_bench
 from .suites import Suite
 
 Progress = Callable[[str, float], None]  # (what is running, 0..1)

@@ -44,8 +44,9 @@ from ..session.text import advisor_progress_text
 from ..speculative.controller import AutoK
 from ..speculative.sampling import SamplingParams
 from . import stats
-from .configs import BenchConfig
-from .runner import BASELINE, paired_ratios, schedule_round, summarize
+from ..speculative.proposers.registry import BASELINE
+from .configs import BenchConfig, split_name
+from .runner import paired_ratios, schedule_round, summarize
 from .suites import Prompt, Suite
 
 Progress = Callable[[str, float], None]
@@ -129,10 +130,11 @@ class LoopCalibration:
         own = self.measured(config)
         if own is not None:
             return own
-        proposer, _, rest = config.partition(":")
+        proposer, rest = split_name(config)
         if rest != "auto":
             return None
-        fixed = [p for c in self.configs if c.startswith(proposer + ":k=") and (p := self.measured(c)) is not None]
+        fixed = [p for c in self.configs if (n := split_name(c))[0] == proposer and n[1].startswith("k=")
+                 and (p := self.measured(c)) is not None]
         if not fixed:
             return None
         best = max(fixed, key=lambda p: p.speedup)
@@ -167,7 +169,7 @@ def run_loop(
     (:class:`specdesk.bench.runner.SessionTarget`); ``progress`` gets messages such
     as "advisor: draft:k=3, repeat 2 of 3" and the fraction of the most rounds."""
     if not configs or configs[0].name != BASELINE:
-        raise ValueError("the loop calibration's first config must be the baseline, none")
+        raise ValueError(f"the loop calibration's first config must be the baseline, {BASELINE}")
     options = options or LoopOptions()
     names = [c.name for c in configs]
     tokens = {p.id: target.prompt_tokens(p.text) for p in suite.prompts}

@@ -42,6 +42,7 @@ from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
 from ..session.core import HISTORY_PROMPT_TAIL
 from ..speculative.divergence import explain
+from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
 from ..session.runtime import machine
@@ -51,8 +52,6 @@ from .configs import BenchConfig, resolve_configs
 from .suites import Prompt, Suite
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
-
-BASELINE = "none"
 
 
 class BenchTarget(Protocol):
@@ -344,7 +343,7 @@ class _Bench:
             "text": gen.text, "timeline": timeline(gen), "identical": None, "divergence": None,
         }
         self.runs.append(rec)
-        if c.proposer == "none" and t + 1 < len(prompt.messages):
+        if c.baseline and t + 1 < len(prompt.messages):
             self.answers.setdefault((suite.name, prompt.id, r), []).append((list(toks), list(gen.tokens), gen.text))
         if self.options.temperature == 0.0:
             self.check_identity((suite.name, pid, r), c, toks, rec, gen)
@@ -356,7 +355,7 @@ class _Bench:
 
     def check_identity(self, key: tuple[str, str, int], c: BenchConfig, toks: list[int], rec: dict,
                        gen: Generation) -> None:
-        if c.proposer == "none":
+        if c.baseline:
             self.baselines[key] = (toks, gen)
             for other_rec, other_gen in self.pending.pop(key, []):
                 _compare(self.target, toks, gen, other_rec, other_gen)
@@ -405,8 +404,8 @@ def run_bench(
     (``options.repeats`` of them, or until sure), and summarize. ``on_run`` sees each
     run's record, ``keep`` also its Generation; ``clock`` times the rounds for the
     time budget."""
-    if configs[0].proposer != "none":
-        raise ValueError("the first config must be the baseline, none")
+    if not configs[0].baseline:
+        raise ValueError(f"the first config must be the baseline, {BASELINE}")
     configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
     if not target.has_draft:
         missing = [c.name for c in configs if c.needs_draft]

@@ -6,12 +6,13 @@ import sys
 from dataclasses import replace
 
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import BenchConfig
+from ..bench.configs import BenchConfig, proposer_of
 from ..bench.suites import Prompt, Suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
 from ..session import Generation
 from ..session.text import claim_text, speed_verdict_text, verdict_text
+from ..speculative.proposers import registry
 from .args import config_from_args, load_session, prompt_tokens
 from .bench import add_repeat_options, bench_options, comparison_progress
 from .output import dump_json
@@ -124,8 +125,10 @@ def add_compare_options(p) -> None:
 
 def cmd_compare(args) -> int:
     cfg = config_from_args(args)
-    if cfg.proposer == "none":
-        raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer draft, ngram or hybrid")
+    if cfg.baseline:
+        others = [n for n in registry.CHOICES if not registry.kind(n).baseline]
+        raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer "
+                            f"{', '.join(others[:-1])} or {others[-1]}")
     config = BenchConfig(cfg.proposer, cfg.k, cfg.p_min)
     options = ComparisonOptions(bench=bench_options(args, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),
                                 advisor=False, raw=args.raw, keep_repeats=(0,))
@@ -135,11 +138,11 @@ def cmd_compare(args) -> int:
         s.check_fits(prompt, cfg.max_tokens)
         bar, progress = comparison_progress("compare")
         with bar:
-            res = run_comparison(s, [suite], [BenchConfig("none"), config], options, progress=progress)
+            res = run_comparison(s, [suite], [BenchConfig(registry.BASELINE), config], options, progress=progress)
         memory = (s.memory(("target",)).to_dict(), s.memory().to_dict())
     name = res.configs[1]  # named as it ran: draft is translated on such a pair
-    label = replace(cfg, proposer=name.split(":")[0]).describe()
-    base, spec = res.generations[("compare", "prompt", 0, "none")], res.generations[("compare", "prompt", 0, name)]
+    label = replace(cfg, proposer=proposer_of(name)).describe()
+    base, spec = res.generations[("compare", "prompt", 0, registry.BASELINE)], res.generations[("compare", "prompt", 0, name)]
     row = res.overall()[name]
     run0 = next(r for r in res.bench["runs"] if r["config"] == name and r["repeat"] == 0)
     greedy = cfg.sampling.greedy

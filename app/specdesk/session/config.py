@@ -65,7 +65,12 @@ class GenerationConfig:
     def needs_draft(self) -> bool:
         return registry.kind(self.proposer).needs_draft
 
+    @property
+    def baseline(self) -> bool:
+        """Target alone: what every speedup is measured against."""
+        return registry.kind(self.proposer).baseline
+
     def describe(self) -> str:
-        if self.proposer == "none":
-            return "none"
+        if self.baseline:
+            return self.proposer
         return f"{self.proposer}:k={self.k}"

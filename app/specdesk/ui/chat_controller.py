@@ -326,7 +326,7 @@ class ChatController(QObject):
                 self._show_estimate()
         if replaces is not None and chat_id == self.chat_id:
             self.open_chat(chat_id)  # shows the new answer in place of the old one
-        if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
+        if gen.config.baseline and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
             self.host.measured_speed(gen.stats.tokens_per_second)
         self.host.show_reference()  # the estimate follows the target steps this answer timed
         if self.host.session is not None:

@@ -48,7 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import parse_configs
+from ..bench.configs import parse_configs, proposer_of
 from ..bench.report import write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
@@ -342,7 +342,7 @@ class CompareTab(QWidget):
         self.prompt.setEnabled(self.source.currentData() is None)
 
     def selected_configs(self) -> str:
-        names = ["none"] + [n for n, b in self.config_boxes.items() if b.isChecked()]
+        names = [registry.BASELINE] + [n for n, b in self.config_boxes.items() if b.isChecked()]
         extra = self.extra_configs.text().strip()
         if extra:
             names += [x for x in extra.split(",") if x.strip()]
@@ -491,15 +491,16 @@ class CompareTab(QWidget):
         c, verdict = row["config"], row.get("verdict")
         mem = res.get("memory") or {}
         extra = "—"
-        if c != "none" and registry.kind(c.split(":")[0]).needs_draft:
+        baseline = c == registry.BASELINE
+        if not baseline and registry.kind(proposer_of(c)).needs_draft:
             extra = f"+{format_bytes(mem.get('extra_ram_bytes'))}"
             if mem.get("extra_vram_bytes"):
                 extra += f" (+{format_bytes(mem.get('extra_vram_bytes'))} VRAM)"
-        elif c != "none":
+        elif not baseline:
             extra = "none (no draft)"
         ident, tip = self._identity(res, row)
         cells = [
-            c if c != "none" else "target alone",
+            "target alone" if baseline else c,
             f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
             speedup_text(row),
             VERDICT_LABELS.get(verdict or "", "–"),  # the smallest difference it could see: in the tooltip
@@ -515,7 +516,7 @@ class CompareTab(QWidget):
         if pred:
             items[PREDICTED].setToolTip(f"{prediction_verdict_label(pred)}: "
                                         + prediction_text(pred["predicted_speedup"], row, pred.get("predicted_ci")))
-        if c != "none":
+        if not baseline:
             why = speed_verdict_text(row)
             items[SPEEDUP].setToolTip(why)
             items[VERDICT].setToolTip(why)
@@ -569,7 +570,7 @@ class CompareTab(QWidget):
     @classmethod
     def _identity(cls, res: dict, row: dict) -> tuple[str, str]:
         drift = cls._drift(res)
-        if row["config"] == "none":
+        if row["config"] == registry.BASELINE:
             return "baseline", ""
         if not row["compared"]:
             temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
@@ -596,7 +597,7 @@ class CompareTab(QWidget):
         """Bars coloured by verdict with their 95% intervals as error bars, and the
         advisor's predictions beside them."""
         self.chart.clear()
-        rows = [r for r in overall if r["config"] != "none" and r["speedup"]]
+        rows = [r for r in overall if r["config"] != registry.BASELINE and r["speedup"]]
         if not rows:
             return
         xs = list(range(len(rows)))

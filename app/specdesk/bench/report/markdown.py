@@ -16,7 +16,8 @@ from ...session.text import (
     verdict_label,
     verdict_text,
 )
-from .result import BASELINE, drift_of, validate
+from ...speculative.proposers.registry import BASELINE
+from .result import drift_of, validate
 from .result import basename as _basename
 from .result import configs as _configs
 from .result import num as _num
