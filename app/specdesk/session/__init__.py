@@ -11,7 +11,6 @@ generation step by step, cancel between steps, read statistics and memory.
         print(s.memory().to_dict())
 """
 
-from .compare import Comparison, compare
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .core import Generation, LoadedModel, LoadProgress, Session, check_model_file
 from .runtime import (
@@ -30,7 +29,6 @@ from .runtime import (
 )
 
 __all__ = [
-    "Comparison", "compare",
     "GenerationConfig", "ModelSpec", "translated_refusal",
     "Generation", "LoadedModel", "LoadProgress", "Session", "check_model_file",
     "Device", "MemoryReport", "backends", "build_info", "default_threads", "devices", "gpu_build_hint", "gpu_layers_note",
