@@ -55,6 +55,7 @@ from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
 from .configs import BenchConfig, proposer_of
 from .loop_calibration import LoopCalibration, LoopOptions, run_loop
+from .rows import ConfigRow, rows_of
 from .runner import SessionTarget
 
 CALIBRATION_PROMPT = PROBE_PROMPT  # the drift probe reads the same text
@@ -375,14 +376,14 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     return stats["generated"] / total
 
 
-def _component_prediction(cal: Calibration, result: dict, row: dict, turn: int | None) -> float | None:
+def _component_prediction(cal: Calibration, result: dict, row: ConfigRow, turn: int | None) -> float | None:
     """What the isolated component costs predict for a (suite, config) row of a
     benchmark: the median over prompts of :func:`predict_run` on its runs."""
-    c = row["config"]
+    c = row.config
     proposer = proposer_of(c)
     per_prompt: dict[str, list[float]] = {}
     for r in result["runs"]:
-        if r["suite"] == row["suite"] and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
+        if r["suite"] == row.suite and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
             p = predict_run(cal, r["stats"], proposer)
             if p is not None:
                 per_prompt.setdefault(r["prompt_id"], []).append(p)
@@ -399,11 +400,11 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
     try has none), or, from a calibration without the loop, the components' (no
     interval, no verdict); ``component_predicted_speedup`` is the components' either way."""
     out = []
-    rows = [(row, None) for row in result["summary"]["per_suite"]]
-    rows += [(row, row.get("turn")) for row in result["summary"].get("per_turn") or []]
+    rows = [(row, None) for row in rows_of(result["summary"]["per_suite"])]
+    rows += [(row, row.turn) for row in rows_of(result["summary"].get("per_turn"))]
     for row, turn in rows:
-        c = row["config"]
-        if c == BASELINE or row["speedup"] is None:
+        c = row.config
+        if row.baseline or row.speedup is None:
             continue
         component = _component_prediction(cal, result, row, turn)
         loop = cal.loop.predict(c) if cal.loop is not None else None
@@ -413,9 +414,9 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
             pred, pred_ci, pred_verdict, basis = component, None, None, "components"
         else:
             continue
-        meas, ci = row["speedup"], row.get("speedup_ci")
+        meas, ci = row.speedup, (list(row.ci) if row.ci else None)
         rec = {
-            "suite": row["suite"],
+            "suite": row.suite,
             "config": c,
             "predicted_speedup": pred,
             "predicted_ci": pred_ci,
@@ -426,8 +427,8 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
             "measured_speedup": meas,
             # how sure the measurement is: a prediction inside the interval is as good as the run can tell
             "measured_ci": ci,
-            "measured_verdict": row.get("verdict"),
-            "measured_pairs": row.get("pairs"),
+            "measured_verdict": row.verdict,
+            "measured_pairs": row.pairs,
             "within_interval": (ci[0] <= pred <= ci[1]) if ci else None,
             "error": (pred - meas) / meas if meas else None,
         }
@@ -498,8 +499,8 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         ceiling = max(predict_fixed(cal, k, [1.0] * k) for k in range(1, cal.k_max + 1))
     measured_best = None
     if measured:
-        for row in measured["summary"]["overall"]:
-            if row["config"] != BASELINE and row["speedup"] and (measured_best is None or row["speedup"] > measured_best["speedup"]):
+        for row in rows_of(measured["summary"]["overall"]):
+            if not row.baseline and row.speedup and (measured_best is None or row.speedup > measured_best.speedup):
                 measured_best = row
     why = components_why_text(cal.verify_ratio(4), cal.draft_ratio(1) if cal.draft_acceptance is not None else None)
     parts = []

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
 from ..bench.configs import BenchConfig, proposer_of
+from ..bench.rows import ConfigRow
 from ..bench.suites import Prompt, Suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
@@ -54,7 +55,7 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def format_compare(base: Generation, spec: Generation, row: dict, label: str, memory: tuple[dict, dict],
+def format_compare(base: Generation, spec: Generation, row: ConfigRow, label: str, memory: tuple[dict, dict],
                    divergence: dict | None, greedy: bool, drift: dict | None, temperature: float) -> str:
     """Target alone against ``label`` (the config as it ran on the pair: a draft with
     another vocabulary drafts translated): repeat 1's runs side by side, and the paired
@@ -79,7 +80,7 @@ def format_compare(base: Generation, spec: Generation, row: dict, label: str, me
     lines.append(f"speedup: {speed_verdict_text(row)}")
     if greedy:
         if divergence is None:
-            lines.append("identical at T=0: yes" + (f" ({row['identical']}/{row['compared']} runs)" if row.get("compared") else ""))
+            lines.append("identical at T=0: yes" + (f" ({row.identical}/{row.compared} runs)" if row.compared else ""))
         else:
             lines.append(f"identical at T=0: no. {verdict_text(divergence, drift)}")
     lines.append(claim_text(drift, temperature))
@@ -92,17 +93,18 @@ def format_compare(base: Generation, spec: Generation, row: dict, label: str, me
     return "\n".join(lines)
 
 
-def compare_json(base: Generation, spec: Generation, row: dict, res: ComparisonResult, memory: tuple[dict, dict],
+def compare_json(base: Generation, spec: Generation, row: ConfigRow, res: ComparisonResult, memory: tuple[dict, dict],
                  prompt_tokens: int, divergence: dict | None, greedy: bool, translated: bool, temperature: float) -> dict:
     """``compare --json``: repeat 1's two runs in full, and the pair's statistics as
     ``bench`` reports them per configuration."""
     drift = res.to_dict()["drift"]
+    figures = row.to_dict()
     out = {
         "prompt_tokens": prompt_tokens,
         "baseline": {**base.to_dict(), "memory": memory[0]},
         "speculative": {**spec.to_dict(), "memory": memory[1]},
-        "config": row["config"],
-        **{k: row.get(k) for k in ("speedup", "speedup_ci", "pairs", "verdict", "detectable", "spread_from", "spread_df")},
+        "config": row.config,
+        **{k: figures[k] for k in ("speedup", "speedup_ci", "pairs", "verdict", "detectable", "spread_from", "spread_df")},
         "stopping": res.stopping,
         "noise": res.bench["summary"].get("noise"),
         "drift": drift,
@@ -111,8 +113,8 @@ def compare_json(base: Generation, spec: Generation, row: dict, res: ComparisonR
     }
     if greedy:
         out["identical"] = divergence is None
-        out["identical_runs"] = row.get("identical")
-        out["compared_runs"] = row.get("compared")
+        out["identical_runs"] = row.identical
+        out["compared_runs"] = row.compared
         if divergence is not None:
             out["divergence"] = {**divergence, "explanation": verdict_text(divergence, drift)}
     return out
