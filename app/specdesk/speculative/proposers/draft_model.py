@@ -22,7 +22,6 @@ class DraftModelProposer:
     the one token the target added, two after a full accept).
     """
 
-    name = "draft"
     drafts = True
 
     def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75) -> None:
