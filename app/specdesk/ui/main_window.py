@@ -110,7 +110,11 @@ class MainWindow(QMainWindow):
         # files from the command line, a second launch, the Finder, and drops (drop.py)
         self.opener = FileOpener(self)
         self.drops = DropController(self, self.opener)
-        self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self, self)
+        # serving: the requests and the chat answers share one queue over the pair, so
+        # every chat answer's steps come from it
+        self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
+        self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self,
+                                    steps_of=self.serve.chat_steps, parent=self)
         self.chats.generation_finished.connect(self.generation_finished)
         self.chats.delivered.connect(self._answer_delivered)
         self.chats.changed.connect(self._update_state)
@@ -122,9 +126,6 @@ class MainWindow(QMainWindow):
         self.chat_panel.clear_btn.clicked.connect(self.chats.clear_chat)
         self.chat_panel.copy_btn.clicked.connect(self.chats.copy_answer)
         self.loader.checked.connect(self.model_bar.set_info)
-        # serving: the requests and the chat answers share one queue over the pair
-        self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
-        self.chats.steps_of = self.serve.chat_steps
         self.serve.changed.connect(self._update_state)
         self.models_changed.connect(self.serve.session_changed)
         self.model_bar.insertAction(self.stats_toggle, self.serve.toggle)
