@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
 
 from ..session import Generation, GenerationConfig, Session
-from ..session.chatstore import ChatStore, Message
+from .chatstore import ChatStore, Message
 from ..session.fit import fit_chat
 from ..session.text import auto_estimate_text
 from ..session.text import for_the_app as text_for_app

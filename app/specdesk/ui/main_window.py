@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..session.chatstore import ChatStore
 from .. import __version__
 from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
@@ -46,6 +45,7 @@ from ..library.defaults import fetch as fetch_models
 from ..session import Session, devices, supports_gpu_offload
 from ..session.text import claim_text
 from .chat_controller import ChatController
+from .chatstore import ChatStore
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab
 from .drop import DropController
