@@ -200,7 +200,26 @@ class SettingsDialog(QDialog):
         self.setObjectName("settingsDialog")
         self._initial = settings
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_speculation(settings))
+        lay.addWidget(self._build_sampling(settings))
+        lay.addWidget(self._build_models(settings, has_gpu))
+        self.reload_note = QLabel("")
+        self.reload_note.setObjectName("reloadNote")
+        self.reload_note.setWordWrap(True)
+        lay.addWidget(self.reload_note)
+        for w in (self.n_ctx, self.threads, self.target_gpu_layers, self.draft_gpu_layers):
+            w.valueChanged.connect(self._update_note)
 
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.rpc.textChanged.connect(self._update_note)
+        self._update_note()
+
+    def _build_speculation(self, settings: ChatSettings) -> QGroupBox:
+        """The proposer (the registry's choices, by label), k or auto, and p_min."""
         spec = QGroupBox("Speculation")
         f = QFormLayout(spec)
         self.proposer = QComboBox()
@@ -222,8 +241,9 @@ class SettingsDialog(QDialog):
         self.p_min = self._dspin("p_min", 0.05, settings.p_min)
         self.p_min.setToolTip("Stop drafting when the draft's top probability falls below this")
         f.addRow("p_min", self.p_min)
-        lay.addWidget(spec)
+        return spec
 
+    def _build_sampling(self, settings: ChatSettings) -> QGroupBox:
         samp = QGroupBox("Sampling")
         f = QFormLayout(samp)
         self.temperature = self._dspin("temperature", 0.1, settings.temperature)
@@ -240,8 +260,11 @@ class SettingsDialog(QDialog):
         f.addRow("Seed", self.seed)
         self.max_tokens = self._spin("max_tokens", settings.max_tokens)
         f.addRow("Max tokens", self.max_tokens)
-        lay.addWidget(samp)
+        return samp
 
+    def _build_models(self, settings: ChatSettings, has_gpu: bool) -> QGroupBox:
+        """Context, threads, GPU layers (said to do nothing on a build without GPU
+        offload) and the RPC servers: changes reload the models."""
         models = QGroupBox("Models (changes reload them)")
         f = QFormLayout(models)
         self.n_ctx = self._spin("n_ctx", settings.n_ctx)
@@ -283,22 +306,7 @@ class SettingsDialog(QDialog):
             self.rpc_note.setText("This llama.cpp was built without the RPC backend. To use other machines: "
                                   f"{reinstall_command()}")
             self.rpc_note.setStyleSheet("color:#e67700;")
-        lay.addWidget(models)
-
-        self.reload_note = QLabel("")
-        self.reload_note.setObjectName("reloadNote")
-        self.reload_note.setWordWrap(True)
-        lay.addWidget(self.reload_note)
-        for w in (self.n_ctx, self.threads, self.target_gpu_layers, self.draft_gpu_layers):
-            w.valueChanged.connect(self._update_note)
-
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(buttons)
-        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
-        self.rpc.textChanged.connect(self._update_note)
-        self._update_note()
+        return models
 
     @staticmethod
     def _spin(name: str, v: int) -> QSpinBox:
