@@ -451,10 +451,6 @@ class MainWindow(QMainWindow):
         return self.pairs.target_path
 
     @property
-    def draft_path(self) -> Path | None:
-        return self.pairs.draft_path
-
-    @property
     def loader(self) -> PairLoader:
         return self.pairs.loader
 
