@@ -45,6 +45,7 @@ def main() -> int:
     os.environ.setdefault("SPECDESK_CACHE_DIR", scratch_dir("specdesk-aa-cache-"))
     os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-aa-data-"))
 
+    from specdesk.bench.rows import rows_of
     from specdesk.bench.configs import parse_configs
     from specdesk.bench.runner import BenchOptions, SessionTarget, UntilSure, run_bench
     from specdesk.bench.suites import load_suite
@@ -68,8 +69,8 @@ def main() -> int:
                                                         seconds=60 * args.time_budget if args.time_budget else None))
             res = run_bench(CannotDraft(s), suites, configs, options,
                             progress=lambda d, n, w: print(f"  {w}", flush=True) if w.startswith("repeat ") else None)
-            row = next(r for r in res["summary"]["overall"] if r["config"] == "ngram:auto")
-            verdicts.append(row["verdict"])
+            row = next(r for r in rows_of(res["summary"]["overall"]) if r.config == "ngram:auto")
+            verdicts.append(row.verdict)
             print(f"trial {trial + 1}: A/A {speed_verdict_text(row)}")
             print(f"  {stopping_text(res['stopping'], [row])}")
             print(f"  {noise_text(res['summary']['noise'])}")

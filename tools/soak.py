@@ -30,7 +30,8 @@ import numpy as np
 
 from specdesk.errors import SpecDeskError
 from specdesk.library.defaults import default_models
-from specdesk.session import PROPOSERS, GenerationConfig, ModelSpec, Session, rss_bytes
+from specdesk.session import GenerationConfig, ModelSpec, Session, rss_bytes
+from specdesk.speculative.proposers import registry
 from specdesk.speculative.sampling import SamplingParams
 
 KS: tuple[int | str, ...] = (1, 2, 3, 4, 5, 6, "auto")
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: {a.generations} generations on {target.name} (draft {draft.name}), "
               f"max_tokens {a.max_tokens}, ctx {a.ctx}, threads {session.target.ctx.threads}, seed {a.seed}")
         # what this pair can run: "translated" needs two vocabularies (on two it is what "draft" runs)
-        runnable = [p for p in PROPOSERS if p != "translated" or session.translated]
+        runnable = [p for p in registry.NAMES if not registry.kind(p).pair_dependent or session.translated]
         for i in range(a.generations):
             proposer = runnable[int(rng.integers(len(runnable)))]
             k = KS[int(rng.integers(len(KS)))]
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     start, end = samples[0][1], samples[-1][1]
     half = [p for p in samples if p[0] >= a.generations / 2]
     slope = slope_per_1000(half)
-    mix = ", ".join(f"{p} {counts[p]}" for p in PROPOSERS)
+    mix = ", ".join(f"{p} {counts[p]}" for p in registry.NAMES)
     temps = ", ".join(f"T={t:g} {counts[f'T={t:g}']}" for t in TEMPERATURES)
     print(f"mix: {mix}; {temps}; stopped {counts['stopped']}")
     print(f"tokens: {tokens} in {elapsed:.1f} s ({tokens / elapsed:.1f} tok/s overall)")
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         a.json.write_text(json.dumps({
             "generations": a.generations, "max_tokens": a.max_tokens, "ctx": a.ctx, "seed": a.seed,
             "target": str(target), "draft": str(draft), "tokens": tokens, "seconds": elapsed,
-            "mix": {p: counts[p] for p in PROPOSERS}, "stopped": counts["stopped"],
+            "mix": {p: counts[p] for p in registry.NAMES}, "stopped": counts["stopped"],
             "rss_samples": [{"generations": i, "rss_bytes": r} for i, r in samples],
             "rss_start_bytes": start, "rss_end_bytes": end, "growth_bytes": end - start,
             "slope_mib_per_1000": slope,

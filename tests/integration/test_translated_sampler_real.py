@@ -27,7 +27,7 @@ from test_sampler_real import BIASED_SAMPLES, SAMPLES, SEED, TARGET, MemoTarget,
 
 from specdesk.session import GenerationConfig
 from specdesk.speculative import decoder as decoder_module
-from specdesk.speculative.proposers import Draft
+from specdesk.speculative.proposers import Draft, TranslatedDraftProposer
 from specdesk.speculative.sampling import Warped, warp
 from specdesk.speculative.verify import Verdict
 
@@ -71,7 +71,7 @@ def translated_first_draft(session, prompt: list[int], k: int) -> Draft:
     """The real translated proposer's first proposal of k tokens after the prompt."""
     session.reset()
     proposer = session.make_proposer(GenerationConfig(proposer="draft", p_min=0.0))
-    assert proposer.name == "translated"
+    assert isinstance(proposer, TranslatedDraftProposer)
     proposer.prepare(prompt, lambda source, hint: k)
     d = proposer.propose(prompt, lambda source, hint: k, TARGET, np.random.default_rng(0))
     session.reset()

@@ -212,7 +212,7 @@ def check_idle(w: MainWindow, made: list[Session]) -> list[str]:
         return [f"not idle: {[t.name for t in running_tasks()]}"]
     if w.generating or w.chats.task is not None:
         bad.append("a generation task is still registered")
-    if w._deferred_session is not None:
+    if w.pairs.deferred is not None:
         bad.append("a deferred session was never installed")
     if w.loader.pending is not None:
         bad.append("a pending load request was never started")

@@ -163,7 +163,7 @@ def test_the_loop_repeats_at_least_three_times_interleaved_and_stops_at_its_budg
     # a budget that one round already spends: three rounds all the same, then it stops
     short = calibrate(s, drift=False, clock=s.clock, loop_options=LoopOptions(seconds=1.0))
     assert short.loop.repeats == 3 and short.loop.reason == "time"
-    assert all(row["pairs"] == 3 * len(CALIBRATION_PROMPTS) for c, row in short.loop.rows.items() if c != "none")
+    assert all(row.pairs == 3 * len(CALIBRATION_PROMPTS) for row in short.loop.rows.values() if not row.baseline)
 
 
 def test_each_round_continues_target_alones_answer_so_the_rounds_sample_new_text():

@@ -4,10 +4,9 @@ import pytest
 
 from fake_mtp import FakeHeads
 from fakes import FakeBackend, FakeModel
-from specdesk.bench.configs import ConfigError, parse_config, resolve_configs
+from specdesk.bench.configs import ConfigError, parse_config, parse_configs, proposer_of, resolve_configs, split_name
 from specdesk.cli import build_parser
-from specdesk.session import GenerationConfig, needs_draft_model
-from specdesk.session.text import PROPOSER_LABELS
+from specdesk.session import GenerationConfig
 from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, registry
 
 
@@ -26,16 +25,19 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
     for name in registry.NAMES:
         c = parse_config(name)
         assert c.proposer == name
-        assert c.needs_draft == registry.kind(name).needs_draft == needs_draft_model(name)
+        assert c.needs_draft == registry.kind(name).needs_draft == GenerationConfig(proposer=name).needs_draft
         assert c.generation(GenerationConfig().sampling, 8, 0).proposer == name
     with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, mtp, none"):
         parse_config("medusa")
 
 
 def test_the_app_offers_every_proposer_in_settings_and_compare():
-    from specdesk.ui.compare_tab import PRESET_CONFIGS
+    from specdesk.ui.compare_tab import DEFAULT_ON, PRESET_CONFIGS
+    from specdesk.ui.settings import PROPOSER_LABELS
 
-    assert set(PROPOSER_LABELS) == set(registry.NAMES)
+    assert all(k.label for k in registry.KINDS)
+    assert PROPOSER_LABELS == {n: registry.kind(n).label for n in registry.CHOICES}
+    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON <= set(PRESET_CONFIGS)
     # every proposer a user chooses has a preset on the Compare tab (none is the baseline;
     # translated is what draft presets run as on a pair of two vocabularies)
     offered = {c.split(":")[0] for c in PRESET_CONFIGS}
@@ -85,3 +87,15 @@ def test_the_chat_settings_offer_every_choice_and_say_when_a_draft_is_missing():
             assert (runs, why) == (name, "")
         assert ChatSettings(proposer=name).proposer_for(has_draft=True, mtp_refusal=None) == (name, "")
         assert ChatSettings(proposer=name).generation_config(has_draft=False).proposer == runs
+
+
+def test_one_baseline_one_fallback_one_default_and_every_config_name_reads_back():
+    assert [k.name for k in registry.KINDS if k.baseline] == [registry.BASELINE]
+    assert [k.name for k in registry.KINDS if k.fallback] == [registry.FALLBACK]
+    assert [k.name for k in registry.KINDS if k.default] == [registry.DEFAULT]
+    assert not registry.kind(registry.FALLBACK).needs_draft  # it runs where a draft model is missing
+    configs = parse_configs(",".join(registry.PRESETS))
+    assert configs[0].name == registry.BASELINE and configs[0].baseline and GenerationConfig(proposer=registry.BASELINE).baseline
+    for c in configs:
+        assert proposer_of(c.name) == c.proposer and parse_config(c.name) == c
+    assert split_name("draft:k=2:p_min=0.5") == ("draft", "k=2:p_min=0.5") and split_name("none") == ("none", "")

@@ -16,6 +16,7 @@ from specdesk import files
 from specdesk.bench import report
 from specdesk.bench.report import CSV_FIELDS, FILE_NAMES, markdown, write_report
 from specdesk.bench.runner import summarize
+from specdesk.bench.rows import ConfigRow
 from specdesk.session.text import speedup_text, verdict_label
 from specdesk.errors import SpecDeskError
 from specdesk.speculative.stats import Stats
@@ -237,7 +238,7 @@ def test_markdown_tables(written, result):
             # the speedup with its 95% interval, and the verdict it allows
             lo, hi = row["speedup_ci"]
             assert cells[2] == f"{row['speedup']:.2f}× ({lo:.2f}–{hi:.2f})"
-            assert cells[3].strip("*") == verdict_label(row)
+            assert cells[3].strip("*") == verdict_label(ConfigRow.from_dict(row))
             assert (cells[3].startswith("**")) == (row["verdict"] in ("faster", "slower"))
             assert cells[4] == f"{row['acceptance'] * 100:.1f}%"
             assert cells[6].startswith(f"{row['identical']}/{row['compared']}")
@@ -245,7 +246,7 @@ def test_markdown_tables(written, result):
         assert cells[7] == f"{row['overhead_share'] * 100:.1f}%"
     for row in result["summary"]["overall"]:
         cells = _row(sections["All suites"], row["config"])
-        assert cells[2] == speedup_text(row)
+        assert cells[2] == speedup_text(ConfigRow.from_dict(row))
     # every verdict is named, and the repeats' noise is said
     assert any(r["verdict"] == "within-noise" for r in result["summary"]["per_suite"])
     assert "**How sure:**" in md and "from one repeat to the next" in md

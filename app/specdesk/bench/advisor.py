@@ -50,10 +50,12 @@ from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
 from ..speculative.drift import Drift
-from ..speculative.proposers import DraftModelProposer
+from ..speculative.proposers import DraftModelProposer, registry
+from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
-from .configs import BenchConfig
+from .configs import BenchConfig, proposer_of
 from .loop_calibration import LoopCalibration, LoopOptions, run_loop
+from .rows import ConfigRow, rows_of
 from .runner import SessionTarget
 
 CALIBRATION_PROMPT = PROBE_PROMPT  # the drift probe reads the same text
@@ -337,7 +339,7 @@ def loop_candidates(cal: Calibration, also: Sequence[BenchConfig] = ()) -> list[
     :data:`BEST_KS` draft lengths the component costs rate best (they choose what to
     try, never the verdict), then ``also``'s fixed-k configurations, at most
     :data:`MAX_LOOP_CONFIGS` besides target alone."""
-    out = [BenchConfig("none")]
+    out = [BenchConfig(BASELINE)]
     if cal.draft_acceptance is not None:
         alphas = cal.draft_acceptance.alphas(cal.k_max)
         rated = sorted(range(1, cal.k_max + 1), key=lambda k: -predict_fixed(cal, k, alphas))
@@ -346,7 +348,7 @@ def loop_candidates(cal: Calibration, also: Sequence[BenchConfig] = ()) -> list[
     for c in also:
         if len(out) > MAX_LOOP_CONFIGS:
             break
-        if c.proposer != "none" and c.k != "auto" and c.name not in {o.name for o in out}:
+        if not c.baseline and c.k != "auto" and c.name not in {o.name for o in out}:
             out.append(c)
     return out
 
@@ -385,13 +387,17 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     """Predicted speedup of a finished run from its draft lengths and the measured
     costs: the tokens it emitted over the steps-worth of time its batches cost."""
     hist = draft_length_histogram(stats)
+    kind = registry.REGISTRY.get(proposer)
+    # a draft model's (or the MTP heads') every draft costs draft time; a kind that also looks up pays only
+    # for the model's
+    every_draft_pays = kind is not None and (kind.needs_draft or kind.needs_mtp) and not kind.looks_up
     total = 0.0
     for k, n in hist.items():
         if n <= 0:
             continue
-        d = cal.draft_ratio(k) if proposer in ("draft", "translated", "mtp") and k > 0 else 0.0
+        d = cal.draft_ratio(k) if every_draft_pays and k > 0 else 0.0
         total += n * (cal.verify_ratio(k + 1) + d)
-    if proposer == "hybrid":
+    if kind is not None and kind.needs_draft and kind.looks_up:
         # only the steps the draft model drafted cost draft time; lookups are free
         model = stats.get("model_draft_lengths")
         if model is None:  # a report from before the counter: charge every draft
@@ -402,14 +408,14 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     return stats["generated"] / total
 
 
-def _component_prediction(cal: Calibration, result: dict, row: dict, turn: int | None) -> float | None:
+def _component_prediction(cal: Calibration, result: dict, row: ConfigRow, turn: int | None) -> float | None:
     """What the isolated component costs predict for a (suite, config) row of a
     benchmark: the median over prompts of :func:`predict_run` on its runs."""
-    c = row["config"]
-    proposer = c.split(":")[0]
+    c = row.config
+    proposer = proposer_of(c)
     per_prompt: dict[str, list[float]] = {}
     for r in result["runs"]:
-        if r["suite"] == row["suite"] and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
+        if r["suite"] == row.suite and r["config"] == c and (turn is None or r.get("turn", 1) == turn):
             p = predict_run(cal, r["stats"], proposer)
             if p is not None:
                 per_prompt.setdefault(r["prompt_id"], []).append(p)
@@ -426,11 +432,11 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
     try has none), or, from a calibration without the loop, the components' (no
     interval, no verdict); ``component_predicted_speedup`` is the components' either way."""
     out = []
-    rows = [(row, None) for row in result["summary"]["per_suite"]]
-    rows += [(row, row.get("turn")) for row in result["summary"].get("per_turn") or []]
+    rows = [(row, None) for row in rows_of(result["summary"]["per_suite"])]
+    rows += [(row, row.turn) for row in rows_of(result["summary"].get("per_turn"))]
     for row, turn in rows:
-        c = row["config"]
-        if c == "none" or row["speedup"] is None:
+        c = row.config
+        if row.baseline or row.speedup is None:
             continue
         component = _component_prediction(cal, result, row, turn)
         loop = cal.loop.predict(c) if cal.loop is not None else None
@@ -440,9 +446,9 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
             pred, pred_ci, pred_verdict, basis = component, None, None, "components"
         else:
             continue
-        meas, ci = row["speedup"], row.get("speedup_ci")
+        meas, ci = row.speedup, (list(row.ci) if row.ci else None)
         rec = {
-            "suite": row["suite"],
+            "suite": row.suite,
             "config": c,
             "predicted_speedup": pred,
             "predicted_ci": pred_ci,
@@ -453,8 +459,8 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
             "measured_speedup": meas,
             # how sure the measurement is: a prediction inside the interval is as good as the run can tell
             "measured_ci": ci,
-            "measured_verdict": row.get("verdict"),
-            "measured_pairs": row.get("pairs"),
+            "measured_verdict": row.verdict,
+            "measured_pairs": row.pairs,
             "within_interval": (ci[0] <= pred <= ci[1]) if ci else None,
             "error": (pred - meas) / meas if meas else None,
         }
@@ -466,7 +472,7 @@ def validate(cal: Calibration, result: dict) -> list[dict]:
 
 @dataclass
 class Advice:
-    best: str  # a config name, "none" when nothing is sure to pay
+    best: str  # a config name, the baseline's when nothing is sure to pay
     best_speedup: float
     text: str
     # config, predicted_speedup, predicted_ci, verdict, pays, basis: the loop's predictions
@@ -505,8 +511,8 @@ def predictions(cal: Calibration) -> list[dict]:
                 for row in component_table(cal)]
     names = list(cal.loop.configs)
     for c in cal.loop.configs:
-        auto = c.split(":")[0] + ":auto"
-        if c != "none" and auto not in names:
+        auto = BenchConfig(proposer_of(c)).name  # the proposer's auto
+        if c != BASELINE and auto not in names:
             names.append(auto)
     return [p.to_dict() for c in names if (p := cal.loop.predict(c)) is not None]
 
@@ -518,15 +524,15 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
     table = predictions(cal)
     paying = [p for p in table if p["pays"]]
     top = max(paying, key=lambda p: p["predicted_speedup"], default=None)
-    best, best_x = (top["config"], top["predicted_speedup"]) if top else ("none", 1.0)
+    best, best_x = (top["config"], top["predicted_speedup"]) if top else (BASELINE, 1.0)
     ceiling_ngram = max(predict_fixed(cal, k, [1.0] * k, draft_cost=False) for k in range(1, cal.k_max + 1))
     ceiling = None
     if cal.draft_acceptance is not None:  # even a perfect draft: the most this machine's costs allow
         ceiling = max(predict_fixed(cal, k, [1.0] * k) for k in range(1, cal.k_max + 1))
     measured_best = None
     if measured:
-        for row in measured["summary"]["overall"]:
-            if row["config"] != "none" and row["speedup"] and (measured_best is None or row["speedup"] > measured_best["speedup"]):
+        for row in rows_of(measured["summary"]["overall"]):
+            if not row.baseline and row.speedup and (measured_best is None or row.speedup > measured_best.speedup):
                 measured_best = row
     why = components_why_text(cal.verify_ratio(4), cal.draft_ratio(1) if cal.draft_acceptance is not None else None)
     parts = []
@@ -538,7 +544,7 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
             f"{cal.verify_per_token(per):.2f} of a step ({cal.verify_ratio(per):.2f} steps for {per} tokens)."
         )
     parts.append(advice_verdict_text(top, table, cal.loop.runs if cal.loop is not None else None, why))
-    if best == "none":
+    if best == BASELINE:
         if ceiling is not None and ceiling < 1.0:
             parts.append(f"Even a draft that is always right would reach only {ceiling:.2f}×.")
         parts.append(
@@ -548,7 +554,7 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
     if measured_best is not None:
         parts.append(measured_best_text(measured_best))
     memory_alternative = None
-    if best == "none" and cal.draft_bytes and cal.kv_bytes_per_token:
+    if best == BASELINE and cal.draft_bytes and cal.kv_bytes_per_token:
         n = int(cal.draft_bytes / cal.kv_bytes_per_token)
         memory_alternative = (
             f"The draft's {format_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "

@@ -35,7 +35,9 @@ from ..session.drift import pair_drift
 from ..speculative.drift import Drift
 from .advisor import Calibration, advisor_section, calibrate
 from .configs import BenchConfig, resolve_configs
-from .runner import BASELINE, BenchOptions, SessionTarget, run_bench
+from ..speculative.proposers.registry import BASELINE
+from .rows import ConfigRow, rows_of
+from .runner import BenchOptions, SessionTarget, run_bench
 from .suites import Suite
 
 Progress = Callable[[str, float], None]  # (what is running, 0..1)
@@ -73,13 +75,13 @@ class ComparisonResult:
     def stopping(self) -> dict:
         return dict(self.bench.get("stopping") or {})
 
-    def overall(self) -> dict[str, dict]:
+    def overall(self) -> dict[str, ConfigRow]:
         """Each configuration's row over all suites."""
-        return {row["config"]: row for row in self.bench["summary"]["overall"]}
+        return {row.config: row for row in rows_of(self.bench["summary"]["overall"])}
 
     def baseline_tps(self) -> float | None:
         row = self.overall().get(BASELINE)
-        return row.get("median_tps") if row else None
+        return row.median_tps if row else None
 
     def to_dict(self) -> dict:
         out = dict(self.bench)

@@ -15,11 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SpecDeskError
-from ..session import PROPOSERS, GenerationConfig, translated_refusal
+from ..session import GenerationConfig, translated_refusal
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
-DEFAULT_CONFIGS = "none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid"
+#: ``none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid``: the registry's bench presets
+DEFAULT_CONFIGS = ",".join(registry.BENCH_DEFAULT)
+
+
+#: A kind and its spelling with ``:history``: ``ngram:history`` is ``ngram+history``.
+_WITH_HISTORY = {k.name: h for k in registry.KINDS if (h := registry.with_history(k.name)) is not None}
 
 
 class ConfigError(SpecDeskError):
@@ -34,8 +39,8 @@ class BenchConfig:
 
     @property
     def name(self) -> str:
-        if self.proposer == "none":
-            return "none"
+        if self.baseline:
+            return self.proposer
         s = f"{self.proposer}:k={self.k}" if self.k != "auto" else f"{self.proposer}:auto"
         if self.p_min:
             s += f":p_min={self.p_min:g}"
@@ -45,10 +50,15 @@ class BenchConfig:
     def needs_draft(self) -> bool:
         return registry.kind(self.proposer).needs_draft
 
+    @property
+    def baseline(self) -> bool:
+        """Target alone: the first configuration of every benchmark."""
+        return registry.kind(self.proposer).baseline
+
     def generation(self, sampling: SamplingParams, max_tokens: int, seed: int) -> GenerationConfig:
         return GenerationConfig(
             proposer=self.proposer,
-            k=self.k if self.proposer != "none" else "auto",
+            k="auto" if self.baseline else self.k,
             p_min=self.p_min,
             sampling=sampling,
             seed=seed,
@@ -61,10 +71,10 @@ def parse_config(item: str) -> BenchConfig:
     if not parts:
         raise ConfigError("empty configuration in --configs")
     proposer = parts[0]
-    if proposer.endswith("+history") and proposer not in PROPOSERS:
-        raise ConfigError(f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)")
-    if proposer not in PROPOSERS:
-        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(PROPOSERS)}")
+    if proposer.endswith("+history") and proposer not in registry.REGISTRY:
+        raise ConfigError(_history_refusal(item))
+    if proposer not in registry.REGISTRY:
+        raise ConfigError(f"unknown config {item!r}: the proposer must be one of {', '.join(registry.NAMES)}")
     k: int | str = "auto"
     p_min = 0.0
     seen: dict[str, str] = {}  # option -> as written: one given twice (k=2:k=3) would keep the last silently
@@ -74,11 +84,10 @@ def parse_config(item: str) -> BenchConfig:
             raise ConfigError(f"config {item!r} gives {key} twice ({seen[key]} and {opt}): keep one")
         seen[key] = opt
         if opt == "history":
-            if proposer not in ("ngram", "ngram+history"):
-                raise ConfigError(
-                    f"unknown config {item!r}: only ngram takes history (hybrid always looks up the earlier turns)"
-                )
-            proposer = "ngram+history"
+            if proposer in _WITH_HISTORY:
+                proposer = _WITH_HISTORY[proposer]
+            elif proposer not in _WITH_HISTORY.values():
+                raise ConfigError(_history_refusal(item))
         elif opt == "auto":
             k = "auto"
         elif opt.startswith("k="):
@@ -101,9 +110,29 @@ def parse_config(item: str) -> BenchConfig:
                 raise ConfigError(f"unknown config {item!r}: p_min must be in [0, 1)")
         else:
             raise ConfigError(f"unknown config {item!r}: options are k=N, auto, p_min=X and history (ngram)")
-    if proposer == "none" and (k != "auto" or p_min):
-        raise ConfigError(f"unknown config {item!r}: none takes no options")
+    if registry.kind(proposer).baseline and (k != "auto" or p_min):
+        raise ConfigError(f"unknown config {item!r}: {proposer} takes no options")
     return BenchConfig(proposer, k, p_min)
+
+
+def _history_refusal(item: str) -> str:
+    takes = list(_WITH_HISTORY)
+    always = [k.name for k in registry.KINDS if k.looks_up_history and k.needs_draft]
+    return (f"unknown config {item!r}: only {' and '.join(takes)} takes history "
+            f"({' and '.join(always)} always looks up the earlier turns)")
+
+
+def split_name(config: str) -> tuple[str, str]:
+    """A configuration's name taken apart: ``draft:k=2`` is ("draft", "k=2"), ``none``
+    is ("none", ""). The one place a name (as :attr:`BenchConfig.name` writes it, in
+    results and reports) is read back."""
+    proposer, _, options = config.partition(":")
+    return proposer, options
+
+
+def proposer_of(config: str) -> str:
+    """The proposer of a configuration's name: ``draft:k=2`` -> ``draft``."""
+    return split_name(config)[0]
 
 
 def parse_configs(spec: str) -> list[BenchConfig]:
@@ -116,9 +145,9 @@ def parse_configs(spec: str) -> list[BenchConfig]:
     if dup:
         raise ConfigError(f"config {dup!r} is listed twice in --configs")
     # the baseline first, always
-    configs = [c for c in configs if c.proposer == "none"] + [c for c in configs if c.proposer != "none"]
-    if configs[0].proposer != "none":
-        configs.insert(0, BenchConfig("none"))
+    configs = [c for c in configs if c.baseline] + [c for c in configs if not c.baseline]
+    if not configs[0].baseline:
+        configs.insert(0, BenchConfig(registry.BASELINE))
     return configs
 
 

@@ -37,15 +37,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import Cancelled
 from ..session.text import advisor_progress_text
 from ..speculative.auto import AutoK
 from ..speculative.sampling import SamplingParams
 from . import stats
-from .configs import BenchConfig
-from .runner import BASELINE, paired_ratios, schedule_round, summarize
+from ..speculative.proposers.registry import BASELINE
+from .configs import BenchConfig, split_name
+from .rows import ConfigRow
+from .runner import overall, paired_ratios, schedule_round
 from .suites import Prompt, Suite
 
 Progress = Callable[[str, float], None]
@@ -105,7 +107,7 @@ class LoopCalibration:
     row (speedup, its interval, verdict, acceptance)."""
 
     configs: list[str]
-    rows: dict[str, dict]
+    rows: dict[str, ConfigRow]
     repeats: int
     runs: int
     seconds: float
@@ -115,11 +117,9 @@ class LoopCalibration:
 
     def measured(self, config: str) -> Prediction | None:
         row = self.rows.get(config)
-        if row is None or config == BASELINE or row.get("speedup") is None:
+        if row is None or row.baseline or row.speedup is None:
             return None
-        ci = row.get("speedup_ci")
-        return Prediction(config, row["speedup"], (ci[0], ci[1]) if ci else None, row.get("verdict"),
-                          row.get("pairs") or 0, "measured")
+        return Prediction(config, row.speedup, row.ci, row.verdict, row.pairs, "measured")
 
     def predict(self, config: str) -> Prediction | None:
         """The prediction for ``config``: its own runs', or auto's from its proposer's
@@ -129,10 +129,11 @@ class LoopCalibration:
         own = self.measured(config)
         if own is not None:
             return own
-        proposer, _, rest = config.partition(":")
+        proposer, rest = split_name(config)
         if rest != "auto":
             return None
-        fixed = [p for c in self.configs if c.startswith(proposer + ":k=") and (p := self.measured(c)) is not None]
+        fixed = [p for c in self.configs if (n := split_name(c))[0] == proposer and n[1].startswith("k=")
+                 and (p := self.measured(c)) is not None]
         if not fixed:
             return None
         best = max(fixed, key=lambda p: p.speedup)
@@ -166,8 +167,8 @@ def run_loop(
     round after round (see the module docstring). ``target`` is a benchmark target
     (:class:`specdesk.bench.runner.SessionTarget`); ``progress`` gets messages such
     as "advisor: draft:k=3, repeat 2 of 3" and the fraction of the most rounds."""
-    if not configs or configs[0].name != BASELINE:
-        raise ValueError("the loop calibration's first config must be the baseline, none")
+    if not configs or not configs[0].baseline:
+        raise ValueError(f"the loop calibration's first config must be the baseline, {BASELINE}")
     options = options or LoopOptions()
     names = [c.name for c in configs]
     tokens = {p.id: target.prompt_tokens(p.text) for p in suite.prompts}
@@ -189,16 +190,16 @@ def run_loop(
             gen = target.run(context[prompt.id], c.generation(SamplingParams(), options.max_tokens, r))
             runs.append({"suite": suite.name, "prompt_id": prompt.id, "repeat": r, "config": c.name,
                          "stats": dict(gen.stats.to_dict(), tokens_per_second=steady_rate(gen.steps)), "identical": None})
-            if c.name == BASELINE:
+            if c.baseline:
                 answers[prompt.id] = gen.tokens if gen.stop_reason == "max_tokens" else None
         r += 1
         for pid, answer in answers.items():
             context[pid] = _next_context(tokens[pid], context[pid], answer, options.max_tokens, n_ctx)
-        rows = summarize(runs, names, turns=False)["overall"]
+        rows = overall(runs, names)
         elapsed = clock() - start
         if r < options.min_repeats:
             continue
-        judged = [stats.PairedSpeedup.from_dict(row) for row in rows if row["config"] != BASELINE]
+        judged = [row.paired for row in rows if not row.baseline]
         if stats.sure(judged, options.half_width):
             reason = "sure"
             break
@@ -206,7 +207,7 @@ def run_loop(
             reason = "time"
             break
     target.reset()
-    rows = {row["config"]: row for row in summarize(runs, names, turns=False)["overall"]}
+    rows = {row.config: row for row in overall(runs, names)}
     for c in names[1:]:
         rows[c] = _for_other_prompts(rows[c], paired_ratios(runs, c))
     return LoopCalibration(names, rows, r, len(runs), clock() - start, reason, options.max_tokens,
@@ -229,19 +230,19 @@ def _next_context(prompt: list[int], context: list[int], answer: list[int] | Non
     return longer
 
 
-def _for_other_prompts(row: dict, ratios: dict) -> dict:
+def _for_other_prompts(row: ConfigRow, ratios: dict) -> ConfigRow:
     """A configuration's row with an interval for prompts the calibration did not run:
     the wider of the repeats' interval (how sure these prompts' speedup is) and the
     prompts' (how much the speedup moves from one prompt to the next: each prompt's
     mean ratio taken as one sample of the prompts a user may send)."""
     per_prompt = [[math.exp(sum(math.log(x) for x in v) / len(v))] for v in ratios.values() if v]
     prompts = stats.paired_speedup(per_prompt)
-    ci, pci = row.get("speedup_ci"), prompts.ci
+    ci, pci = row.ci, prompts.ci
     if ci is None or pci is None:
-        return dict(row, repeats_ci=ci, prompts_ci=pci)
+        return row
     wide = (min(ci[0], pci[0]), max(ci[1], pci[1]))
-    return dict(row, speedup_ci=list(wide), verdict=stats.verdict_of(wide), repeats_ci=ci, prompts_ci=list(pci),
-                detectable=max(row.get("detectable") or 0.0, prompts.detectable or 0.0))
+    return replace(row, paired=replace(row.paired, ci=wide, verdict=stats.verdict_of(wide),
+                                       detectable=max(row.detectable or 0.0, prompts.detectable or 0.0)))
 
 
 def steady_rate(steps) -> float | None:

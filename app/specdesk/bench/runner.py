@@ -42,17 +42,17 @@ from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
 from ..session.core import HISTORY_PROMPT_TAIL
 from ..speculative.divergence import explain
+from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
 from ..session.runtime import machine
 from ..session.text import until_sure_text
 from . import stats
 from .configs import BenchConfig, resolve_configs
+from .rows import ConfigRow
 from .suites import Prompt, Suite
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
-
-BASELINE = "none"
 
 
 class BenchTarget(Protocol):
@@ -344,7 +344,7 @@ class _Bench:
             "text": gen.text, "timeline": timeline(gen), "identical": None, "divergence": None,
         }
         self.runs.append(rec)
-        if c.proposer == "none" and t + 1 < len(prompt.messages):
+        if c.baseline and t + 1 < len(prompt.messages):
             self.answers.setdefault((suite.name, prompt.id, r), []).append((list(toks), list(gen.tokens), gen.text))
         if self.options.temperature == 0.0:
             self.check_identity((suite.name, pid, r), c, toks, rec, gen)
@@ -356,7 +356,7 @@ class _Bench:
 
     def check_identity(self, key: tuple[str, str, int], c: BenchConfig, toks: list[int], rec: dict,
                        gen: Generation) -> None:
-        if c.proposer == "none":
+        if c.baseline:
             self.baselines[key] = (toks, gen)
             for other_rec, other_gen in self.pending.pop(key, []):
                 _compare(self.target, toks, gen, other_rec, other_gen)
@@ -405,8 +405,8 @@ def run_bench(
     (``options.repeats`` of them, or until sure), and summarize. ``on_run`` sees each
     run's record, ``keep`` also its Generation; ``clock`` times the rounds for the
     time budget."""
-    if configs[0].proposer != "none":
-        raise ValueError("the first config must be the baseline, none")
+    if not configs[0].baseline:
+        raise ValueError(f"the first config must be the baseline, {BASELINE}")
     configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
     if not target.has_draft:
         missing = [c.name for c in configs if c.needs_draft]
@@ -433,10 +433,10 @@ def _until_sure(bench: _Bench, rule: UntilSure, clock: Callable[[], float]) -> d
     while True:
         bench.round(r)
         r += 1
-        rows = [row for row in summarize(bench.runs, names, turns=False)["overall"] if row["config"] != BASELINE]
+        rows = [row for row in overall(bench.runs, names) if not row.baseline]
         elapsed = clock() - start
         reason = None
-        if r >= rule.min_repeats and stats.sure([stats.PairedSpeedup.from_dict(row) for row in rows], rule.half_width):
+        if r >= rule.min_repeats and stats.sure([row.paired for row in rows], rule.half_width):
             reason = "sure"
         elif r >= rule.max_repeats:
             reason = "repeats"
@@ -482,7 +482,8 @@ def paired_ratios(runs: list[dict], config: str, baseline: str = BASELINE) -> di
     return out
 
 
-def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]], baseline: bool = False) -> dict:
+def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]], config: str, baseline: bool = False,
+               suite: str | None = None, turn: int | None = None) -> ConfigRow:
     per_prompt_tps: dict[tuple[str, str], list[float]] = {}
     for r in rs:
         per_prompt_tps.setdefault((r["suite"], r["prompt_id"]), []).append(r["stats"]["tokens_per_second"])
@@ -494,19 +495,21 @@ def _aggregate(rs: list[dict], ratios: dict[tuple[str, str], list[float]], basel
     overhead = sum(r["stats"]["overhead_seconds"] for r in rs)
     compared = [r for r in rs if r["identical"] is not None]
     verdicts = [(r.get("divergence") or {}).get("verdict") for r in compared if r["identical"] is False]
-    return {
-        "prompts": len(per_prompt_tps),
-        "runs": len(rs),
-        "median_tps": _median([_median(v) for v in per_prompt_tps.values()]),
-        **paired.to_dict(),
-        "acceptance": accepted / drafted if drafted else None,
-        "mean_accepted_length": (accepted + steps) / steps if steps else None,
-        "overhead_share": overhead / decode if decode else None,
-        "identical": sum(1 for r in compared if r["identical"]),
-        "near_ties": verdicts.count("near-tie"),
-        "mismatches": len(verdicts) - verdicts.count("near-tie"),
-        "compared": len(compared),
-    }
+    return ConfigRow(
+        config, paired,
+        prompts=len(per_prompt_tps),
+        runs=len(rs),
+        median_tps=_median([_median(v) for v in per_prompt_tps.values()]),
+        acceptance=accepted / drafted if drafted else None,
+        mean_accepted_length=(accepted + steps) / steps if steps else None,
+        overhead_share=overhead / decode if decode else None,
+        identical=sum(1 for r in compared if r["identical"]),
+        near_ties=verdicts.count("near-tie"),
+        mismatches=len(verdicts) - verdicts.count("near-tie"),
+        compared=len(compared),
+        suite=suite,
+        turn=turn,
+    )
 
 
 def noise(runs: list[dict], baseline: str = BASELINE) -> dict:
@@ -519,10 +522,20 @@ def noise(runs: list[dict], baseline: str = BASELINE) -> dict:
     return stats.noise_floor(tps).to_dict()
 
 
-def summarize(runs: list[dict], configs: list[str], turns: bool = True) -> dict:
+def overall(runs: list[dict], configs: list[str]) -> list[ConfigRow]:
+    """Each configuration's row over every suite."""
+    out = []
+    for c in configs:
+        rs = [r for r in runs if r["config"] == c]
+        if rs:
+            out.append(_aggregate(rs, paired_ratios(runs, c), c, c == BASELINE))
+    return out
+
+
+def per_suite(runs: list[dict], configs: list[str]) -> list[ConfigRow]:
+    """One row per (config, suite)."""
     suites = list(dict.fromkeys(r["suite"] for r in runs))
-    per_suite = []
-    overall = []
+    out = []
     for c in configs:
         ratios = paired_ratios(runs, c)
         for s in suites:
@@ -530,11 +543,14 @@ def summarize(runs: list[dict], configs: list[str], turns: bool = True) -> dict:
             if not rs:
                 continue
             sub = {k: v for k, v in ratios.items() if k[0] == s}
-            per_suite.append({"suite": s, "config": c, **_aggregate(rs, sub, c == BASELINE)})
-        rs = [r for r in runs if r["config"] == c]
-        if rs:
-            overall.append({"config": c, **_aggregate(rs, ratios, c == BASELINE)})
-    out = {"per_suite": per_suite, "overall": overall, "noise": noise(runs)}
+            out.append(_aggregate(rs, sub, c, c == BASELINE, suite=s))
+    return out
+
+
+def summarize(runs: list[dict], configs: list[str], turns: bool = True) -> dict:
+    """The summary of a result, as its JSON holds it (the rows' ``to_dict``)."""
+    out = {"per_suite": [r.to_dict() for r in per_suite(runs, configs)],
+           "overall": [r.to_dict() for r in overall(runs, configs)], "noise": noise(runs)}
     if turns:
         out["per_turn"] = per_turn(runs, configs)
         out["history"] = history_gain(runs, configs)
@@ -559,18 +575,22 @@ def history_gain(runs: list[dict], configs: list[str]) -> list[dict]:
             "config": c,
             "without_history": plain if theirs is not None else None,
             "turns_from": 2,
-            "prompts": mine["prompts"],
-            "speedup": mine["speedup"],
-            "speedup_ci": mine["speedup_ci"],
-            "verdict": mine["verdict"],
-            "acceptance": mine["acceptance"],
-            "speedup_without_history": theirs["speedup"] if theirs else None,
-            "acceptance_without_history": theirs["acceptance"] if theirs else None,
-            "speedup_over_without_history": vs["speedup"] if vs else None,
-            "speedup_over_without_history_ci": vs["speedup_ci"] if vs else None,
-            "verdict_over_without_history": vs["verdict"] if vs else None,
+            "prompts": mine.prompts,
+            "speedup": mine.speedup,
+            "speedup_ci": _ci(mine),
+            "verdict": mine.verdict,
+            "acceptance": mine.acceptance,
+            "speedup_without_history": theirs.speedup if theirs else None,
+            "acceptance_without_history": theirs.acceptance if theirs else None,
+            "speedup_over_without_history": vs.speedup if vs else None,
+            "speedup_over_without_history_ci": _ci(vs) if vs else None,
+            "verdict_over_without_history": vs.verdict if vs else None,
         })
     return out
+
+
+def _ci(row: ConfigRow) -> list[float] | None:
+    return list(row.ci) if row.ci is not None else None
 
 
 def per_turn(runs: list[dict], configs: list[str]) -> list[dict]:
@@ -588,11 +608,11 @@ def per_turn(runs: list[dict], configs: list[str]) -> list[dict]:
                     continue
                 ids = {r["prompt_id"] for r in rs}
                 sub = {k: v for k, v in ratios.items() if k[0] == s and k[1] in ids}
-                out.append({"suite": s, "turn": t, "config": c, **_aggregate(rs, sub, c == BASELINE)})
+                out.append(_aggregate(rs, sub, c, c == BASELINE, suite=s, turn=t).to_dict())
     return out
 
 
-def later_turns(runs: list[dict], config: str, baseline: str = BASELINE, first: int = 2) -> dict | None:
+def later_turns(runs: list[dict], config: str, baseline: str = BASELINE, first: int = 2) -> ConfigRow | None:
     """``config`` against ``baseline`` (target alone) on turns ``first``.. of the
     multi-turn tasks, paired per run; None when no run is on such a turn."""
     later = {(r["suite"], r["prompt_id"]) for r in runs if r.get("turns", 1) > 1 and r.get("turn", 1) >= first}
@@ -602,4 +622,4 @@ def later_turns(runs: list[dict], config: str, baseline: str = BASELINE, first: 
     rs = [r for r in runs if r["config"] == config and (r["suite"], r["prompt_id"]) in later]
     if not rs:
         return None
-    return {"config": config, "turns_from": first, **_aggregate(rs, ratios, config == baseline)}
+    return _aggregate(rs, ratios, config, config == baseline)

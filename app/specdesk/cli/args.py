@@ -11,10 +11,11 @@ from pathlib import Path
 
 from ..errors import ModelFileError, SpecDeskError
 from ..library.defaults import default_models
-from ..session import PROPOSERS, GenerationConfig, ModelSpec, Session, gpu_layers_note
+from ..session import GenerationConfig, ModelSpec, Session, gpu_layers_note
 from ..session.core import plan_target
 from ..session.offload import Offload, margin_text, resolve_offload
 from ..session.remote import parse_endpoints, parse_split, require_rpc, set_lost_handler
+from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 from .output import EXIT_USAGE
 
@@ -185,7 +186,9 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 def add_sampling_options(g, max_tokens_default: int | None = 256) -> None:
     """The speculation and sampling options of generate, compare and serve (the
     defaults a served request's own fields override)."""
-    g.add_argument("--proposer", choices=list(PROPOSERS), default="draft")
+    g.add_argument("--proposer", choices=list(registry.NAMES), default=registry.DEFAULT, metavar="PROPOSER",
+                   help="where drafts come from: " + "; ".join(f"{k.name}: {k.label}" for k in registry.KINDS)
+                   + f" (default {registry.DEFAULT})")
     g.add_argument("--k", type=draft_length, default="auto", help="draft length: a positive integer or 'auto' (default)")
     g.add_argument("--p-min", type=float_in("p-min", 0.0, 1.0, hi_open=True), default=0.75,
                    help="stop drafting when the draft's top probability is below this (default 0.75)")

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from ..bench.advisor import advise, calibrate
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import DEFAULT_CONFIGS, parse_configs, resolve_configs
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs, proposer_of, resolve_configs
 from ..bench.report import check_writable, markdown, remove_if_empty, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
+from ..session import GenerationConfig
 from ..session.mtp import TargetHeads
 from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
 from ..speculative.proposers import registry
@@ -59,6 +60,16 @@ def comparison_progress(desc: str):
     return bar, progress
 
 
+def _configs_help() -> str:
+    """--configs's help, from the registry: every proposer, and how to hold the app's
+    default against target alone."""
+    others = [k for k in registry.KINDS if k.name not in {proposer_of(c) for c in registry.BENCH_DEFAULT}]
+    default = f"{registry.DEFAULT}:auto:p_min={GenerationConfig().p_min:g}"
+    return (f"comma-separated proposer[:k=N|:auto][:p_min=X] (default: {DEFAULT_CONFIGS}); also "
+            + ", ".join(f"{k.name} ({k.label})" for k in others)
+            + f"; {registry.BASELINE},{default} holds the app's default against target alone on every suite")
+
+
 def add_parsers(sub) -> None:
     b = sub.add_parser(
         "bench",
@@ -70,9 +81,7 @@ def add_parsers(sub) -> None:
     add_model_options(b)
     g = b.add_argument_group("benchmark")
     g.add_argument("--suite", default="all", help="a built-in suite, 'all' (default), a comma-separated list, or a .txt, .jsonl or .json file")
-    g.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help=f"comma-separated (default: {DEFAULT_CONFIGS}); also translated (a draft with another "
-                   "vocabulary) and ngram+history (n-gram lookup over the earlier turns too)")
+    g.add_argument("--configs", default=DEFAULT_CONFIGS, help=_configs_help())
     add_repeat_options(g, 3)
     g.add_argument("--max-tokens", type=positive_int("max tokens"), default=128)
     g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0)

@@ -6,12 +6,14 @@ import sys
 from dataclasses import replace
 
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import BenchConfig
+from ..bench.configs import BenchConfig, proposer_of
+from ..bench.rows import ConfigRow
 from ..bench.suites import Prompt, Suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes, format_num, format_pct
 from ..session import Generation, stop_if_interrupted
 from ..session.text import claim_text, speed_verdict_text, verdict_text
+from ..speculative.proposers import registry
 from .args import config_from_args, load_session, prompt_tokens
 from .bench import add_repeat_options, bench_options, comparison_progress
 from .output import dump_json
@@ -60,7 +62,7 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def format_compare(base: Generation, spec: Generation, row: dict, label: str, memory: tuple[dict, dict],
+def format_compare(base: Generation, spec: Generation, row: ConfigRow, label: str, memory: tuple[dict, dict],
                    divergence: dict | None, greedy: bool, drift: dict | None, temperature: float) -> str:
     """Target alone against ``label`` (the config as it ran on the pair: a draft with
     another vocabulary drafts translated): repeat 1's runs side by side, and the paired
@@ -85,7 +87,7 @@ def format_compare(base: Generation, spec: Generation, row: dict, label: str, me
     lines.append(f"speedup: {speed_verdict_text(row)}")
     if greedy:
         if divergence is None:
-            lines.append("identical at T=0: yes" + (f" ({row['identical']}/{row['compared']} runs)" if row.get("compared") else ""))
+            lines.append("identical at T=0: yes" + (f" ({row.identical}/{row.compared} runs)" if row.compared else ""))
         else:
             lines.append(f"identical at T=0: no. {verdict_text(divergence, drift)}")
     lines.append(claim_text(drift, temperature))
@@ -98,17 +100,18 @@ def format_compare(base: Generation, spec: Generation, row: dict, label: str, me
     return "\n".join(lines)
 
 
-def compare_json(base: Generation, spec: Generation, row: dict, res: ComparisonResult, memory: tuple[dict, dict],
+def compare_json(base: Generation, spec: Generation, row: ConfigRow, res: ComparisonResult, memory: tuple[dict, dict],
                  prompt_tokens: int, divergence: dict | None, greedy: bool, translated: bool, temperature: float) -> dict:
     """``compare --json``: repeat 1's two runs in full, and the pair's statistics as
     ``bench`` reports them per configuration."""
     drift = res.to_dict()["drift"]
+    figures = row.to_dict()
     out = {
         "prompt_tokens": prompt_tokens,
         "baseline": {**base.to_dict(), "memory": memory[0]},
         "speculative": {**spec.to_dict(), "memory": memory[1]},
-        "config": row["config"],
-        **{k: row.get(k) for k in ("speedup", "speedup_ci", "pairs", "verdict", "detectable", "spread_from", "spread_df")},
+        "config": row.config,
+        **{k: figures[k] for k in ("speedup", "speedup_ci", "pairs", "verdict", "detectable", "spread_from", "spread_df")},
         "stopping": res.stopping,
         "noise": res.bench["summary"].get("noise"),
         "drift": drift,
@@ -117,8 +120,8 @@ def compare_json(base: Generation, spec: Generation, row: dict, res: ComparisonR
     }
     if greedy:
         out["identical"] = divergence is None
-        out["identical_runs"] = row.get("identical")
-        out["compared_runs"] = row.get("compared")
+        out["identical_runs"] = row.identical
+        out["compared_runs"] = row.compared
         if divergence is not None:
             out["divergence"] = {**divergence, "explanation": verdict_text(divergence, drift)}
     return out
@@ -131,8 +134,10 @@ def add_compare_options(p) -> None:
 
 def cmd_compare(args) -> int:
     cfg = config_from_args(args)
-    if cfg.proposer == "none":
-        raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer draft, ngram or hybrid")
+    if cfg.baseline:
+        others = [n for n in registry.CHOICES if not registry.kind(n).baseline]
+        raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer "
+                            f"{', '.join(others[:-1])} or {others[-1]}")
     config = BenchConfig(cfg.proposer, cfg.k, cfg.p_min)
     options = ComparisonOptions(bench=bench_options(args, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),
                                 advisor=False, raw=args.raw, keep_repeats=(0,))
@@ -142,11 +147,11 @@ def cmd_compare(args) -> int:
         s.check_fits(prompt, cfg.max_tokens)
         bar, progress = comparison_progress("compare")
         with bar:
-            res = run_comparison(s, [suite], [BenchConfig("none"), config], options, progress=progress)
+            res = run_comparison(s, [suite], [BenchConfig(registry.BASELINE), config], options, progress=progress)
         memory = (s.memory(("target",)).to_dict(), s.memory().to_dict())
     name = res.configs[1]  # named as it ran: draft is translated on such a pair
-    label = replace(cfg, proposer=name.split(":")[0]).describe()
-    base, spec = res.generations[("compare", "prompt", 0, "none")], res.generations[("compare", "prompt", 0, name)]
+    label = replace(cfg, proposer=proposer_of(name)).describe()
+    base, spec = res.generations[("compare", "prompt", 0, registry.BASELINE)], res.generations[("compare", "prompt", 0, name)]
     row = res.overall()[name]
     run0 = next(r for r in res.bench["runs"] if r["config"] == name and r["repeat"] == 0)
     greedy = cfg.sampling.greedy

@@ -11,8 +11,7 @@ generation step by step, cancel between steps, read statistics and memory.
         print(s.memory().to_dict())
 """
 
-from .compare import Comparison, compare
-from .config import DRAFT_MODEL_PROPOSERS, LOOKUP_PROPOSERS, PROPOSER_CHOICES, PROPOSERS, GenerationConfig, ModelSpec, needs_draft_model, translated_refusal
+from .config import GenerationConfig, ModelSpec, translated_refusal
 from .core import Generation, LoadedModel, LoadProgress, ModelsUnloaded, Session, check_model_file
 from .runtime import (
     Device,
@@ -33,8 +32,7 @@ from .runtime import (
 )
 
 __all__ = [
-    "Comparison", "compare",
-    "DRAFT_MODEL_PROPOSERS", "LOOKUP_PROPOSERS", "PROPOSER_CHOICES", "PROPOSERS", "GenerationConfig", "ModelSpec", "needs_draft_model", "translated_refusal",
+    "GenerationConfig", "ModelSpec", "translated_refusal",
     "Generation", "LoadedModel", "LoadProgress", "ModelsUnloaded", "Session", "check_model_file",
     "Device", "MemoryReport", "backends", "build_info", "ctrl_c_guard", "default_threads", "devices", "gpu_build_hint",
     "gpu_layers_note", "gpu_memory", "interrupted", "repack_types", "rss_bytes", "stop_if_interrupted",

@@ -10,25 +10,10 @@ from ..engine.rpc import parse_endpoints
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
-#: Every proposer, in the order the CLI and the app offer them (the registry's table).
-PROPOSERS = registry.NAMES
-#: The proposers a user chooses for a generation (translated follows from the pair).
-PROPOSER_CHOICES = registry.CHOICES
-#: The proposers that run a draft model (the rest need only the target).
-DRAFT_MODEL_PROPOSERS = tuple(n for n in PROPOSERS if registry.kind(n).needs_draft)
-#: The proposers that work without a draft model.
-LOOKUP_PROPOSERS = registry.WITHOUT_DRAFT
-
-
 def translated_refusal(names: str) -> str:
     """Why ``translated`` configurations cannot run on a pair that shares a vocabulary."""
     return (f"{names} need a draft with another vocabulary than the target's (e.g. SmolLM2-135M for Qwen2.5); "
             "this draft shares it: use draft instead")
-
-
-def needs_draft_model(proposer: str) -> bool:
-    """Whether ``proposer`` (a name from PROPOSERS) runs a draft model."""
-    return registry.kind(proposer).needs_draft
 
 
 @dataclass(frozen=True)
@@ -58,7 +43,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    proposer: str = "draft"
+    proposer: str = registry.DEFAULT
     k: int | str = "auto"
     p_min: float = 0.75
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -66,8 +51,8 @@ class GenerationConfig:
     max_tokens: int = 256
 
     def __post_init__(self) -> None:
-        if self.proposer not in PROPOSERS:
-            raise SpecDeskError(f"unknown proposer {self.proposer!r}: choose one of {', '.join(PROPOSERS)}")
+        if self.proposer not in registry.REGISTRY:
+            raise SpecDeskError(f"unknown proposer {self.proposer!r}: choose one of {', '.join(registry.NAMES)}")
         if self.k != "auto":
             if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k <= 0:
                 raise SpecDeskError(f"k must be a positive integer or 'auto', got {self.k!r}")
@@ -80,9 +65,14 @@ class GenerationConfig:
 
     @property
     def needs_draft(self) -> bool:
-        return needs_draft_model(self.proposer)
+        return registry.kind(self.proposer).needs_draft
+
+    @property
+    def baseline(self) -> bool:
+        """Target alone: what every speedup is measured against."""
+        return registry.kind(self.proposer).baseline
 
     def describe(self) -> str:
-        if self.proposer == "none":
-            return "none"
+        if self.baseline:
+            return self.proposer
         return f"{self.proposer}:k={self.k}"

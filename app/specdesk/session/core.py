@@ -36,7 +36,7 @@ from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProp
 from ..speculative.stats import Stats
 from . import costcache, remote
 from .offload import Offload, resolve_offload
-from .config import LOOKUP_PROPOSERS, GenerationConfig, ModelSpec, translated_refusal
+from .config import GenerationConfig, ModelSpec, translated_refusal
 from .mtp import TargetHeads
 
 log = logging.getLogger(__name__)
@@ -425,7 +425,7 @@ class Session:
         session's own by default)."""
         kind = registry.kind(self.proposer_name(config))
         if kind.needs_draft and self.draft is None:
-            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(LOOKUP_PROPOSERS)}")
+            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(registry.WITHOUT_DRAFT)}")
         if kind.needs_mtp and self.mtp.refusal():
             raise SpecDeskError(self.mtp.refusal())
         if not kind.needs_mtp:

@@ -22,7 +22,7 @@ from ..engine.devices import Device
 from ..errors import RpcError, SpecDeskError
 from ..fmt import format_bytes
 from ..library.gguf import validate_gguf
-from ..library.gguf.estimate import layer_of, md_int
+from ..library.gguf.estimate import layer_bytes
 from .runtime import devices
 
 PROTOCOL = _rpc.PROTOCOL
@@ -169,18 +169,10 @@ def plan_placement(path: Path, n_gpu_layers: int, servers: Sequence[RemoteServer
     rpc = tuple(sv.endpoint for sv in servers)
     remote = [n for sv in servers for n in sv.device_names]
     local_gpus = [d.name for d in all_devs if d.is_gpu]
-    g = validate_gguf(path)
-    n_layer = md_int(g, f"{g.architecture}.block_count") or len({layer_of(t.name) for t in g.tensors} - {None})
+    n_layer, per_layer = layer_bytes(validate_gguf(path))  # the plan: which layers on which device, and their bytes
     order, split, ngl = _shares_and_layers(remote + local_gpus, tensor_split, n_layer, n_gpu_layers, bool(rpc))
     explicit = bool(rpc) or any_registered or bool(tensor_split)
     names = tuple(order) if explicit else None
-    # the plan: which layers on which device, and their weight bytes
-    per_layer: dict[int, int] = {}
-    for t in g.tensors:
-        li = layer_of(t.name)
-        key = n_layer if li is None and not t.name.startswith("token_embd") else li
-        if key is not None:
-            per_layer[key] = per_layer.get(key, 0) + int(t.n_bytes)
     plan = []
     if order or not explicit:
         shares = list(split) if split else [

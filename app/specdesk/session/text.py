@@ -1,35 +1,27 @@
 """SpecDesk's results in words: one module for the sentences the CLI, the app and the
 reports show, over the typed results of the algorithm (which holds none).
 
-- proposers: the label each proposer of the registry is offered under;
 - kernel drift (:class:`~specdesk.speculative.drift.Drift`): its summary and what
   "the same output" means on this machine (:func:`claim_text`);
 - divergences at T=0 (``Divergence.to_dict()``): near-tie or mismatch, in a sentence;
 - an answer slower than target alone: why, from its own statistics;
 - auto's current estimate (:class:`~specdesk.speculative.controller.Estimate`): drafting
   against target alone, per token, and why it drafts or not.
+
+A proposer's label is a name, not a sentence: it lives on its row of the registry
+(:mod:`specdesk.speculative.proposers.registry`), with the rest of what makes the kind.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
 
 from ..chat.sandbox import HINT as TEMPLATE_HINT
 from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
 from ..rules import mtp as mtp_rules
-from ..speculative.proposers import registry
 from ..speculative.stats import Stats
-
-#: The label of every proposer of the registry, as the app offers them.
-PROPOSER_LABELS = {
-    "draft": "Draft model",
-    "translated": "Draft model, translated (another vocabulary)",
-    "ngram": "N-gram lookup (no draft model)",
-    "ngram+history": "N-gram lookup, earlier turns too (no draft model)",
-    "hybrid": "Hybrid (n-gram or earlier turns, else draft model)",
-    "mtp": "The model's own MTP heads (no draft model)",
-    "none": "None (target alone)",
-}
-assert set(PROPOSER_LABELS) == set(registry.NAMES), "every proposer needs a label"
 
 
 def for_the_app(message: str) -> str:
@@ -235,8 +227,35 @@ def auto_estimate_text(e: ctl.Estimate) -> str:
     return text + "."
 
 
-# -- speedups and how sure they are (rows of the benchmark summary: speedup, speedup_ci,
-# pairs, verdict, detectable; see specdesk.bench.stats) --------------------------------
+# -- speedups and how sure they are (a paired speedup: specdesk.bench.stats.PairedSpeedup,
+# or a row of the benchmark summary: specdesk.bench.rows.ConfigRow) -----------------------
+
+
+class Speedup(Protocol):
+    """A paired speedup against target alone, as the sentences below read it."""
+
+    @property
+    def speedup(self) -> float | None: ...
+
+    @property
+    def ci(self) -> tuple[float, float] | None: ...  # the 95% interval
+
+    @property
+    def pairs(self) -> int: ...
+
+    @property
+    def verdict(self) -> str | None: ...
+
+    @property
+    def detectable(self) -> float | None: ...  # the interval's half-width, a fraction
+
+
+class SpeedRow(Speedup, Protocol):
+    """A configuration's paired speedup (a summary row)."""
+
+    @property
+    def config(self) -> str: ...
+
 
 #: How each verdict reads in a table.
 VERDICT_LABELS = {"faster": "faster", "slower": "slower", "within-noise": "within noise", "baseline": "baseline"}
@@ -246,12 +265,12 @@ def _pm(fraction: float) -> str:
     return f"±{100 * fraction:.1f}%" if fraction < 0.1 else f"±{100 * fraction:.0f}%"
 
 
-def verdict_label(row: dict) -> str:
+def verdict_label(row: Speedup) -> str:
     """A verdict for a table cell: "faster", "slower", "within noise ±4.0%"."""
-    v = row.get("verdict")
+    v = row.verdict
     label = VERDICT_LABELS.get(v or "", "–")
-    if v == "within-noise" and row.get("detectable") is not None:
-        label += f" {_pm(row['detectable'])}"
+    if v == "within-noise" and row.detectable is not None:
+        label += f" {_pm(row.detectable)}"
     return label
 
 
@@ -262,21 +281,21 @@ def interval_text(ci) -> str:
     return f"{ci[0]:.2f}–{ci[1]:.2f}"
 
 
-def speedup_text(row: dict) -> str:
+def speedup_text(row: Speedup) -> str:
     """A speedup with its interval: "1.08× (0.97–1.20)", or "1.08×" with one pair."""
-    s = row.get("speedup")
+    s = row.speedup
     if s is None:
         return "–"
-    if row.get("verdict") == "baseline":
+    if row.verdict == "baseline":
         return f"{s:.2f}×"
-    ci = row.get("speedup_ci")
+    ci = row.ci
     return f"{s:.2f}× ({interval_text(ci)})" if ci else f"{s:.2f}×"
 
 
-def detectable_text(row: dict) -> str:
+def detectable_text(row: Speedup) -> str:
     """The smallest difference the run could see: "differences under ±4.0% cannot be
     seen with 6 pairs here"."""
-    pairs, d = row.get("pairs") or 0, row.get("detectable")
+    pairs, d = row.pairs or 0, row.detectable
     if d is None:
         if pairs == 1:
             return "one pair cannot tell a difference from noise: run 2 repeats or more"
@@ -284,14 +303,14 @@ def detectable_text(row: dict) -> str:
     return f"differences under {_pm(d)} cannot be seen with {pairs} pair{'s' if pairs != 1 else ''} here"
 
 
-def speed_verdict_text(row: dict) -> str:
+def speed_verdict_text(row: Speedup) -> str:
     """The verdict on one configuration in a sentence, with its interval."""
-    v, s = row.get("verdict"), row.get("speedup")
+    v, s = row.verdict, row.speedup
     if v == "baseline":
         return "target alone: the baseline every speedup is measured against"
     if s is None or v is None:
         return "not measured"
-    ci, pairs = row.get("speedup_ci"), row.get("pairs") or 0
+    ci, pairs = row.ci, row.pairs or 0
     where = f"{s:.2f}× target alone" + (f", 95% interval {interval_text(ci)}" if ci else "") + f" over {pairs} pairs"
     if v == "faster":
         return f"faster: {where}; all of the interval is above 1×"
@@ -300,12 +319,12 @@ def speed_verdict_text(row: dict) -> str:
     return f"within noise: {where}, which holds 1×; {detectable_text(row)}"
 
 
-def until_sure_text(repeat: int, max_repeats: int, rows: list[dict], target: float) -> str:
+def until_sure_text(repeat: int, max_repeats: int, rows: Sequence[SpeedRow], target: float) -> str:
     """Progress of run-until-sure: "repeat 4 of at most 10; draft:k=2 is slower,
     ngram:auto still within noise (±5.2%)"."""
     parts = []
     for row in rows:
-        c, v, d = row.get("config"), row.get("verdict"), row.get("detectable")
+        c, v, d = row.config, row.verdict, row.detectable
         if v in ("faster", "slower"):
             parts.append(f"{c} is {v}")
         elif d is None:
@@ -317,7 +336,7 @@ def until_sure_text(repeat: int, max_repeats: int, rows: list[dict], target: flo
     return f"repeat {repeat} of at most {max_repeats}" + ("; " + ", ".join(parts) if parts else "")
 
 
-def stopping_text(stopping: dict | None, rows: list[dict]) -> str:
+def stopping_text(stopping: dict | None, rows: Sequence[SpeedRow]) -> str:
     """Why the runs stopped where they did."""
     if not stopping:
         return ""
@@ -326,9 +345,9 @@ def stopping_text(stopping: dict | None, rows: list[dict]) -> str:
     if stopping.get("mode") != "until-sure":
         return f"Ran {reps}, as asked; run until sure to repeat until every interval is narrow enough."
     target = stopping.get("half_width") or 0.0
-    wide = [f"{row['config']} {_pm(row['detectable'])}" if row.get("detectable") is not None else row["config"]
-            for row in rows if row.get("verdict") != "baseline"
-            and (row.get("detectable") is None or row["detectable"] > target)]
+    wide = [f"{row.config} {_pm(row.detectable)}" if row.detectable is not None else row.config
+            for row in rows if row.verdict != "baseline"
+            and (row.detectable is None or row.detectable > target)]
     if reason == "sure":
         return f"Sure after {reps}: every interval is within {_pm(target)}."
     left = f": still wider than {_pm(target)}: {', '.join(wide)}" if wide else ""
@@ -347,14 +366,14 @@ def noise_text(noise: dict | None) -> str:
             f"({noise.get('runs')} runs): a single run cannot show a smaller difference.")
 
 
-def prediction_text(predicted: float, row: dict, predicted_ci=None) -> str:
+def prediction_text(predicted: float, row: Speedup, predicted_ci=None) -> str:
     """The advisor's prediction (with its interval, when it has one) against the measured interval."""
-    ci = row.get("speedup_ci")
+    ci = row.ci
     said = f"predicted {predicted:.2f}×" + (f" (95% interval {interval_text(predicted_ci)})" if predicted_ci else "")
     if not ci:
         return f"{said}; the measurement has no interval (one pair)"
     where = "inside" if ci[0] <= predicted <= ci[1] else "outside"
-    return (f"{said}, measured {row['speedup']:.2f}× (95% interval {interval_text(ci)}): "
+    return (f"{said}, measured {row.speedup:.2f}× (95% interval {interval_text(ci)}): "
             f"the prediction is {where} the measured interval")
 
 
@@ -421,11 +440,11 @@ def components_why_text(verify4: float, draft1: float | None) -> str:
     return why
 
 
-def measured_best_text(row: dict) -> str:
+def measured_best_text(row: SpeedRow) -> str:
     """The best measured configuration, said as sure as the run allows."""
-    s, v = row.get("speedup"), row.get("verdict")
-    ci = row.get("speedup_ci")
-    where = f"{row['config']} at {s:.2f}× overall" + (f" (95% interval {interval_text(ci)})" if ci else "")
+    s, v = row.speedup, row.verdict
+    ci = row.ci
+    where = f"{row.config} at {s:.2f}× overall" + (f" (95% interval {interval_text(ci)})" if ci else "")
     if v == "faster":
         return f"Measured: the best configuration was {where}, faster than target alone."
     if v == "slower":

@@ -12,13 +12,14 @@ a hostile template cannot freeze the window. What is stored follows what happene
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
 
-from ..session import Generation, Session
-from ..session.chatstore import ChatStore, Message
+from ..session import Generation, GenerationConfig, Session
+from .chatstore import ChatStore, Message
 from ..session.fit import fit_chat
 from ..session.text import auto_estimate_text
 from ..session.text import for_the_app as text_for_app
@@ -33,6 +34,11 @@ from .tasks import Task
 #: auto's estimate in words is shown at most this often: as often as the side panel's
 #: figures, since a new text re-lays out its word-wrapped label
 ESTIMATE_EVERY_S = 0.5
+
+#: How an answer's steps are made, on its worker: ``(session, prompt, config, cancel)``
+#: -> the decoder's steps. The window passes the serve queue's (ServeController.chat_steps),
+#: so a chat answer takes its place in line with the requests the app serves.
+StepsOf = Callable[[Session, Sequence[int], GenerationConfig, Callable[[], bool]], Iterator]
 
 STOP_REASONS = {"eos": "finished", "max_tokens": "max tokens reached", "cancelled": "stopped", "context": "context full"}
 
@@ -74,7 +80,7 @@ class ChatController(QObject):
     step = Signal(object)
 
     def __init__(self, store: ChatStore, panel: ChatPanel, sidebar: ChatSidebar, stats: StatsPanel,
-                 latency: LatencyProbe, host: ChatHost, parent: QObject | None = None) -> None:
+                 latency: LatencyProbe, host: ChatHost, steps_of: StepsOf, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store = store
         self.panel = panel
@@ -90,9 +96,7 @@ class ChatController(QObject):
         self._last_estimate = 0.0
         self._auto = False  # the answer running lets auto choose k
         latency.tick.connect(self._frame)
-        #: how an answer's steps are made (on its worker): the window routes them through
-        #: the queue it shares with the requests it serves (ServeController.chat_steps)
-        self.steps_of = lambda s, prompt, cfg, cancel: s.generate(prompt, cfg, cancel=cancel)
+        self._steps_of = steps_of
 
     # Lasts until the task's outcome has been handled on this thread, not while its
     # thread runs: a thread ends a moment before its queued result arrives.
@@ -211,7 +215,7 @@ class ChatController(QObject):
         s = self.host.session
         cfg = self.host.settings.generation_config(has_draft=s.draft is not None, mtp_refusal=s.mtp.refusal())
         chat_id = self.chat_id
-        steps_of = self.steps_of
+        steps_of = self._steps_of
 
         def run(task: Task) -> Generation:
             # The chat template runs here, off the UI thread, in its bounded helper process;
@@ -326,7 +330,7 @@ class ChatController(QObject):
                 self._show_estimate()
         if replaces is not None and chat_id == self.chat_id:
             self.open_chat(chat_id)  # shows the new answer in place of the old one
-        if gen.config.proposer == "none" and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
+        if gen.config.baseline and gen.steps and gen.stats.generated >= 16 and gen.stats.tokens_per_second:
             self.host.measured_speed(gen.stats.tokens_per_second)
         self.host.show_reference()  # the estimate follows the target steps this answer timed
         if self.host.session is not None:

@@ -48,13 +48,13 @@ from PySide6.QtWidgets import (
 )
 
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import parse_configs
+from ..bench.configs import parse_configs, proposer_of, split_name
 from ..bench.report import write_report
+from ..bench.rows import ConfigRow, rows_of
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import Prompt, Suite, describe_builtin, load_file, load_suite
 from ..errors import SpecDeskError
 from ..fmt import format_bytes
-from ..session import needs_draft_model
 from ..speculative.proposers import registry
 from ..session.text import (
     claim_text,
@@ -74,9 +74,9 @@ from .tasks import Task
 
 log = logging.getLogger(__name__)
 
-PRESET_CONFIGS = ["draft:k=1", "draft:k=2", "draft:k=4", "draft:auto", "ngram", "ngram+history", "hybrid", "mtp:k=4",
-                  "mtp:auto"]
-DEFAULT_ON = {"draft:k=2", "draft:k=4", "draft:auto", "ngram"}
+#: The configurations offered as check boxes, and those ticked at first: the registry's presets.
+PRESET_CONFIGS = list(registry.PRESETS)
+DEFAULT_ON = registry.CHECKED
 CUSTOM_PROMPT = "(your prompt below)"
 
 # A speedup's colour follows its verdict: green only when the whole interval is above 1.
@@ -343,7 +343,7 @@ class CompareTab(QWidget):
         self.prompt.setEnabled(self.source.currentData() is None)
 
     def selected_configs(self) -> str:
-        names = ["none"] + [n for n, b in self.config_boxes.items() if b.isChecked()]
+        names = [registry.BASELINE] + [n for n, b in self.config_boxes.items() if b.isChecked()]
         extra = self.extra_configs.text().strip()
         if extra:
             names += [x for x in extra.split(",") if x.strip()]
@@ -450,7 +450,7 @@ class CompareTab(QWidget):
         res = comparison.to_dict()
         self.result = res
         self.progress.setValue(1000)
-        rows = res["summary"]["overall"]
+        rows = list(comparison.overall().values())
         self._finish(f"done: {len(res['runs'])} generations. {stopping_text(res.get('stopping'), rows)}")
         self.save_btn.setEnabled(True)
         self.show_result(res)
@@ -465,11 +465,12 @@ class CompareTab(QWidget):
     # -- results ------------------------------------------------------------------------------
 
     def show_result(self, res: dict) -> None:
-        overall = res["summary"]["overall"]
+        """Show a comparison's result (``ComparisonResult.to_dict()``, or a report read back)."""
+        overall = rows_of(res["summary"]["overall"])
         preds = self._predictions(res)
         self.table.setRowCount(len(overall))
         for i, row in enumerate(overall):
-            for j, item in enumerate(self._row_items(res, row, preds.get(row["config"]))):
+            for j, item in enumerate(self._row_items(res, row, preds.get(row.config))):
                 self.table.setItem(i, j, item)
         self._draw_chart(overall, preds)
         self._show_advice(res)
@@ -490,25 +491,25 @@ class CompareTab(QWidget):
                 by.setdefault(p["config"], p)
         return by
 
-    def _row_items(self, res: dict, row: dict, pred: dict | None) -> list[QTableWidgetItem]:
-        c, verdict = row["config"], row.get("verdict")
+    def _row_items(self, res: dict, row: ConfigRow, pred: dict | None) -> list[QTableWidgetItem]:
+        c, verdict, baseline = row.config, row.verdict, row.baseline
         mem = res.get("memory") or {}
         extra = "—"
-        if c != "none" and needs_draft_model(c.split(":")[0]):
+        if not baseline and registry.kind(proposer_of(c)).needs_draft:
             extra = f"+{format_bytes(mem.get('extra_ram_bytes'))}"
             if mem.get("extra_vram_bytes"):
                 extra += f" (+{format_bytes(mem.get('extra_vram_bytes'))} VRAM)"
-        elif c != "none":
+        elif not baseline:
             extra = "none (no draft)"
         ident, tip = self._identity(res, row)
         cells = [
-            c if c != "none" else "target alone",
-            f"{row['median_tps']:.1f}" if row["median_tps"] else "–",
+            "target alone" if baseline else c,
+            f"{row.median_tps:.1f}" if row.median_tps else "–",
             speedup_text(row),
             VERDICT_LABELS.get(verdict or "", "–"),  # the smallest difference it could see: in the tooltip
             predicted_cell(pred),
-            f"{100 * row['acceptance']:.0f}%" if row["acceptance"] is not None else "–",
-            f"{row['mean_accepted_length']:.2f}" if row["mean_accepted_length"] else "–",
+            f"{100 * row.acceptance:.0f}%" if row.acceptance is not None else "–",
+            f"{row.mean_accepted_length:.2f}" if row.mean_accepted_length else "–",
             extra,
             ident,
         ]
@@ -518,7 +519,7 @@ class CompareTab(QWidget):
         if pred:
             items[PREDICTED].setToolTip(f"{prediction_verdict_label(pred)}: "
                                         + prediction_text(pred["predicted_speedup"], row, pred.get("predicted_ci")))
-        if c != "none":
+        if not baseline:
             why = speed_verdict_text(row)
             items[SPEEDUP].setToolTip(why)
             items[VERDICT].setToolTip(why)
@@ -545,7 +546,7 @@ class CompareTab(QWidget):
             text += f" ({res['published_quant_note']}.)"
         self._published = pub
         self.quant_btn.setVisible(bool(pub))
-        rows = res["summary"]["overall"]
+        rows = rows_of(res["summary"]["overall"])
         text = " ".join(x for x in (text.strip(), stopping_text(res.get("stopping"), rows),
                                     noise_text(res["summary"].get("noise"))) if x)
         self.advice.setText(text)
@@ -570,61 +571,61 @@ class CompareTab(QWidget):
         return "\n".join(lines)
 
     @classmethod
-    def _identity(cls, res: dict, row: dict) -> tuple[str, str]:
+    def _identity(cls, res: dict, row: ConfigRow) -> tuple[str, str]:
         drift = cls._drift(res)
-        if row["config"] == "none":
+        if row.baseline:
             return "baseline", ""
-        if not row["compared"]:
+        if not row.compared:
             temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
             return "not compared (T > 0)", claim_text(drift, temperature)
         tips = []
         for r in res["runs"]:
-            if r["config"] == row["config"] and r["identical"] is False and r.get("divergence"):
+            if r["config"] == row.config and r["identical"] is False and r.get("divergence"):
                 tips.append(f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: {verdict_text(r['divergence'], drift)}")
-        text = f"{row['identical']}/{row['compared']} identical"
-        if row["near_ties"]:
-            text += f", {row['near_ties']} near-tie"
-        if row["mismatches"]:
-            text += f", {row['mismatches']} MISMATCH"
+        text = f"{row.identical}/{row.compared} identical"
+        if row.near_ties:
+            text += f", {row.near_ties} near-tie"
+        if row.mismatches:
+            text += f", {row.mismatches} MISMATCH"
         if drift and drift.get("positions"):
             text += f" · drift flips {100 * drift.get('flip_share', 0.0):.2g}%"
         tip = "\n".join(tips[:12])
-        if row["near_ties"] and not row["mismatches"]:
+        if row.near_ties and not row.mismatches:
             tip += ("\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two "
                     "best tokens nearly tie the argmax can flip. Not a bug.")
         tip += "\n\n" + claim_text(drift)
         return text, tip.strip()
 
-    def _draw_chart(self, overall: list[dict], preds: dict[str, dict]) -> None:
+    def _draw_chart(self, overall: list[ConfigRow], preds: dict[str, dict]) -> None:
         """Bars coloured by verdict with their 95% intervals as error bars, and the
         advisor's predictions beside them."""
         self.chart.clear()
-        rows = [r for r in overall if r["config"] != "none" and r["speedup"]]
+        rows = [r for r in overall if not r.baseline and r.speedup]
         if not rows:
             return
         xs = list(range(len(rows)))
-        heights = [r["speedup"] for r in rows]
-        brushes = [VERDICT_BARS.get(r.get("verdict") or "", VERDICT_BARS["within-noise"]) for r in rows]
+        heights = [r.speedup for r in rows]
+        brushes = [VERDICT_BARS.get(r.verdict or "", VERDICT_BARS["within-noise"]) for r in rows]
         bx = [x - 0.17 for x in xs]
         self.chart.addItem(pg.BarGraphItem(x=bx, height=heights, width=0.32, brushes=brushes))
-        with_ci = [(x, r) for x, r in zip(bx, rows) if r.get("speedup_ci")]
+        with_ci = [(x, r) for x, r in zip(bx, rows) if r.ci]
         if with_ci:
             ex = [x for x, _ in with_ci]
-            ey = [r["speedup"] for _, r in with_ci]
-            top = [r["speedup_ci"][1] - r["speedup"] for _, r in with_ci]
-            bottom = [r["speedup"] - r["speedup_ci"][0] for _, r in with_ci]
+            ey = [r.speedup for _, r in with_ci]
+            top = [r.ci[1] - r.speedup for _, r in with_ci]
+            bottom = [r.speedup - r.ci[0] for _, r in with_ci]
             self.chart.addItem(pg.ErrorBarItem(x=np.asarray(ex), y=np.asarray(ey), top=np.asarray(top), bottom=np.asarray(bottom),
                                                beam=0.12, pen=pg.mkPen("#343a40", width=1.5)))
-        pxs = [x + 0.17 for x, r in zip(xs, rows) if r["config"] in preds]
-        pys = [preds[r["config"]]["predicted_speedup"] for r in rows if r["config"] in preds]
+        pxs = [x + 0.17 for x, r in zip(xs, rows) if r.config in preds]
+        pys = [preds[r.config]["predicted_speedup"] for r in rows if r.config in preds]
         if pxs:
             self.chart.addItem(pg.BarGraphItem(x=pxs, height=pys, width=0.32, brush=pg.mkBrush(BLUE + "66"), pen=pg.mkPen(BLUE)))
         self.chart.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine)))
         ax = self.chart.getAxis("bottom")
         # short tick labels (draft:k=2 -> k=2, draft:auto -> auto, ngram:auto -> ngram) fit a narrow chart
-        ax.setTicks([[(x, r["config"].replace("draft:", "").replace(":auto", "")) for x, r in zip(xs, rows)]])
+        ax.setTicks([[(x, _tick(r.config)) for x, r in zip(xs, rows)]])
         self.chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
-        highs = [r["speedup_ci"][1] for r in rows if r.get("speedup_ci")]
+        highs = [r.ci[1] for r in rows if r.ci]
         self.chart.setYRange(0, max(heights + highs + pys + [1.2]) * 1.1)
 
     # -- report -------------------------------------------------------------------------------
@@ -645,3 +646,12 @@ class CompareTab(QWidget):
             self.error.emit(str(e))
             return
         self.status.setText(f"saved {len(paths)} files to {d}")
+
+
+def _tick(config: str) -> str:
+    """A short tick label that fits a narrow chart: the default proposer's presets by
+    their options (draft:k=2 -> k=2, draft:auto -> auto), another's auto by its name
+    (ngram:auto -> ngram)."""
+    proposer, options = split_name(config)
+    short = options if proposer == registry.DEFAULT and options else config
+    return short.replace(":auto", "")

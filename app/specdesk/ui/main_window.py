@@ -1,8 +1,11 @@
-"""The main window: it builds the model bar, the Chat, Compare and Library tabs and
-the statistics panel, and wires them to one Session. The jobs behind them live apart:
-- ``loader.PairLoader``: checking and loading a pair, one load at a time;
-- ``model_catalog.ModelCatalog``: the models offered, and which can draft for a target;
-- ``chat_controller.ChatController``: the chats, and answering in them;
+"""The main window: it builds the model bar, the Chat, Compare, Library and Serve tabs
+and the statistics panel, one section per builder, and wires them to the parts that
+do the work:
+- ``pair_controller.PairController``: the models offered, loading a pair (one load at
+  a time: ``loader.PairLoader``), fetching the default pair, and the Session;
+- ``chat_controller.ChatController``: the chats, and answering in them (through the
+  serve queue's route, which it is given);
+- ``serve_controller.ServeController``: serving the pair, and the queue the chat shares;
 - ``compare_tab.CompareTab``: comparisons.
 
 Rules that keep it safe under any sequence of clicks:
@@ -12,7 +15,7 @@ Rules that keep it safe under any sequence of clicks:
   generation or comparison using it (``Session.lease``), so no worker is ever inside
   llama.cpp when its memory is freed;
 - a pair loaded while an answer is being stopped is installed once that answer is stored;
-- what cannot run now is disabled (``_update_state``), and every handler checks again.
+- what cannot run now is disabled (``update_state``), and every handler checks again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QFileDialog,
     QFrame,
     QLabel,
     QMainWindow,
@@ -38,24 +40,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..session.chatstore import ChatStore
 from .. import __version__
-from ..errors import Cancelled, SpecDeskError
-from ..library.defaults import default_models, pair_present
-from ..library.defaults import fetch as fetch_models
-from ..session import Session, devices, supports_gpu_offload
-from ..session.text import claim_text, mtp_heads_text
+from ..session import Session, supports_gpu_offload
+from ..session.text import claim_text
 from .chat_controller import ChatController
+from .chatstore import ChatStore
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab
 from .drop import DropController
 from .empty_state import EmptyState
 from .latency import LatencyProbe
 from .library_tab import LibraryTab
-from .loader import LoadRequest, PairLoader
+from .loader import PairLoader
 from .model_bar import ModelBar
 from .model_catalog import ModelCatalog
 from .open_files import FileOpener
+from .pair_controller import PairController
 from .references import measured_reference, remember_reference
 from .serve_controller import ServeController
 from .serve_panel import ServeTab
@@ -65,10 +65,24 @@ from .tasks import Task, running_tasks
 
 log = logging.getLogger(__name__)
 
-GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 #: The window opens at this size, or smaller to fit the screen; it can shrink to MIN_SIZE.
 DEFAULT_SIZE = (1400, 860)
 MIN_SIZE = (1000, 620)
+
+
+class ErrorBanner(QLabel):
+    """The last error, above the tabs (it shows whichever tab is open); a click dismisses it."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.setObjectName("errorBanner")
+        self.setWordWrap(True)
+        self.setStyleSheet("background:#fff5f5; color:#c92a2a; border:1px solid #ffc9c9; border-radius:4px; padding:6px;")
+        self.setVisible(False)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt API
+        self.setVisible(False)
 
 
 class MainWindow(QMainWindow):
@@ -87,85 +101,64 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("SpecDesk")
         self.data_dir = Path(data_dir)
         self.store = ChatStore(self.data_dir / "chats.sqlite3")
-        self.session: Session | None = None
-        self.target_path: Path | None = None
-        self.draft_path: Path | None = None
         self.settings = load_defaults()
-        self._deferred_session: Session | None = None  # loaded while the last answer was being stopped
         self._aux_tasks: list[Task] = []
         self._closing = False
-        self.loader = PairLoader(self._confirm_memory, self)
-        self.loader.busy.connect(self._busy)
-        self.loader.idle.connect(self._idle)
-        self.loader.check_failed.connect(self.show_error)
-        self.loader.load_failed.connect(self._load_failed)
-        self.loader.loaded.connect(self._loaded)
-        self.loader.changed.connect(self._update_state)
-        self._picked_target: Path | None = None
         self.latency = LatencyProbe(self)
 
         self._build()
-        self.catalog = ModelCatalog(self.library, self._start_aux, self)
-        self.catalog.pairing_checked.connect(self._pairing_checked)
+        self.pairs = PairController(self, self, self.model_bar, self.empty_state, self.library, self.stats,
+                                    self._start_aux, self)
         # files from the command line, a second launch, the Finder, and drops (drop.py)
         self.opener = FileOpener(self)
         self.drops = DropController(self, self.opener)
-        self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self, self)
-        self.chats.generation_finished.connect(self.generation_finished)
-        self.chats.delivered.connect(self._answer_delivered)
-        self.chats.changed.connect(self._update_state)
-        self.chats.settings_opened.connect(self._chat_settings)
-        self.chats.ended.connect(self._generation_ended)
-        self.sidebar.chat_chosen.connect(self.chats.chosen)
-        self.sidebar.delete_chat_btn.clicked.connect(self.chats.delete_chat)
-        self.chat_panel.regen_btn.clicked.connect(self.chats.regenerate)
-        self.chat_panel.clear_btn.clicked.connect(self.chats.clear_chat)
-        self.chat_panel.copy_btn.clicked.connect(self.chats.copy_answer)
-        self.loader.checked.connect(self.model_bar.set_info)
-        # serving: the requests and the chat answers share one queue over the pair
+        # serving: the requests and the chat answers share one queue over the pair, so
+        # every chat answer's steps come from it
         self.serve = ServeController(self, self.serve_tab, self.stats, self.chat_panel, self)
-        self.chats.steps_of = self.serve.chat_steps
-        self.serve.changed.connect(self._update_state)
-        self.models_changed.connect(self.serve.session_changed)
-        self.model_bar.insertAction(self.stats_toggle, self.serve.toggle)
+        self.chats = ChatController(self.store, self.chat_panel, self.sidebar, self.stats, self.latency, self,
+                                    steps_of=self.serve.chat_steps, parent=self)
+        self._wire_models()
+        self._wire_chats()
+        self._wire_serving()
         self._fit_to_screen()
         self.chats.select_or_create()
-        self._refresh_model_lists()
-        self._update_state()
+        self.pairs.refresh_lists()
+        self.update_state()
         if self.store.recovered:
             self.show_error(self.store.recovered)
         self.library.rescan()
         if autoload:
-            QTimer.singleShot(0, self.autoload_default_pair)
+            QTimer.singleShot(0, self.pairs.autoload_default_pair)
         QTimer.singleShot(0, self.focus_input)
 
     # =============================================================== construction
 
     def _build(self) -> None:
+        """The window's sections, each built by its own method, in the order they were
+        always created (it is the keyboard's focus order)."""
+        self._build_model_bar()
+        self._build_chat()
+        self._build_tabs()
+        self._build_stats()
+        self._build_layout()
+        self._build_status_bar()
+        self._build_shortcuts()
+
+    def _build_model_bar(self) -> None:
         self.model_bar = ModelBar(self)
         self.addToolBar(self.model_bar)
-        self.model_bar.open_requested.connect(self.open_model_dialog)
-        self.model_bar.load_requested.connect(self.load_selected)
-        self.model_bar.target_picked.connect(self._target_picked)
-        self.model_bar.settings_requested.connect(self.open_settings)
         # the widgets tests and tools reach for, by their old names
         self.target_combo = self.model_bar.target_combo
         self.draft_combo = self.model_bar.draft_combo
         self.load_btn = self.model_bar.load_btn
         self.settings_btn = self.model_bar.settings_btn
 
+    def _build_chat(self) -> None:
+        """The chat list, the error banner, the Chat tab's panel and its empty state."""
         self.sidebar = ChatSidebar()
         self.sidebar.new_chat_btn.clicked.connect(self.new_chat)
         self.chat_list = self.sidebar.chat_list
-
-        self.error_banner = QLabel("")
-        self.error_banner.setObjectName("errorBanner")
-        self.error_banner.setWordWrap(True)
-        self.error_banner.setStyleSheet("background:#fff5f5; color:#c92a2a; border:1px solid #ffc9c9; border-radius:4px; padding:6px;")
-        self.error_banner.setVisible(False)
-        self.error_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.error_banner.mousePressEvent = lambda e: self.error_banner.setVisible(False)  # click to dismiss
-
+        self.error_banner = ErrorBanner()
         self.chat_panel = cp = ChatPanel()
         cp.input.submitted.connect(self.send_from_input)
         cp.send_btn.clicked.connect(self.send_from_input)
@@ -173,40 +166,35 @@ class MainWindow(QMainWindow):
         self.chat_view, self.legend, self.provenance_box, self.input = cp.chat_view, cp.legend, cp.provenance_box, cp.input
         self.send_btn, self.stop_btn, self.regen_btn = cp.send_btn, cp.stop_btn, cp.regen_btn
         self.clear_btn, self.copy_btn, self.run_info = cp.clear_btn, cp.copy_btn, cp.run_info
-
         self.empty_state = EmptyState()
-        self.empty_state.fetch_requested.connect(self.fetch_default_pair)
-        self.empty_state.open_requested.connect(lambda: self.open_model_dialog("target"))
-        self.empty_state.model_chosen.connect(lambda p: self.load_models(Path(p), self.draft_path))
-
         self.pages = QStackedWidget()
         self.pages.addWidget(self.empty_state)
         self.pages.addWidget(cp)
+
+    def _build_tabs(self) -> None:
+        """Chat, Compare, Library and Serve."""
         centre = QWidget()
         ctr = QVBoxLayout(centre)
         ctr.setContentsMargins(6, 6, 6, 6)
         ctr.addWidget(self.pages, 1)
-
         self.tabs = QTabWidget()
         self.tabs.setObjectName("mainTabs")
         self.tabs.addTab(centre, "Chat")
         self.compare = CompareTab(lambda: self.session)
         self.compare.error.connect(self.show_error)
         self.compare.reference_measured.connect(self.set_reference)
-        self.compare.stopped.connect(self._update_state)
-        self.compare.download_requested.connect(lambda repo, file: self.library.open_download_dialog(repo, file))
-        self.compare.run_btn.clicked.connect(self._update_state)
+        self.compare.stopped.connect(self.update_state)
+        self.compare.run_btn.clicked.connect(self.update_state)
         self.tabs.addTab(self.compare, "Compare")
         self.library = LibraryTab()
         self.library.error.connect(self.show_error)
-        self.library.scanned.connect(self._library_scanned)
-        self.library.use_as_target.connect(lambda p: self._use_from_library(p, "target"))
-        self.library.use_as_draft.connect(lambda p: self._use_from_library(p, "draft"))
         self.tabs.addTab(self.library, "Library")
+        self.compare.download_requested.connect(lambda repo, file: self.library.open_download_dialog(repo, file))
         self.serve_tab = ServeTab()
         self.tabs.addTab(self.serve_tab, "Serve")
 
-        # -- right: statistics, scrolling, and hidden with the model bar's toggle
+    def _build_stats(self) -> None:
+        """The statistics on the right, scrolling, with the model bar's toggle and About."""
         self.stats = StatsPanel()
         self.compare.noise_measured.connect(self.stats.set_noise)  # the chat's verdict respects the machine's noise
         self.stats_scroll = QScrollArea()
@@ -233,12 +221,13 @@ class MainWindow(QMainWindow):
         about.triggered.connect(self.show_about)
         self.model_bar.addAction(about)
 
+    def _build_layout(self) -> None:
+        """The chat list, the tabs under the error banner, and the statistics, side by side."""
         middle = QWidget()
         ml = QVBoxLayout(middle)
         ml.setContentsMargins(0, 4, 0, 0)
         ml.addWidget(self.error_banner)  # above the tabs: errors show whichever tab is open
         ml.addWidget(self.tabs, 1)
-
         self.splitter = split = QSplitter()
         split.addWidget(self.sidebar)
         split.addWidget(middle)
@@ -253,7 +242,8 @@ class MainWindow(QMainWindow):
         # tabs get the whole width (their tables and answer columns need it at 1280x720)
         self.tabs.currentChanged.connect(lambda _i: self._show_side_panels())
 
-        # -- status bar with a progress bar and cancel
+    def _build_status_bar(self) -> None:
+        """A status line, a progress bar and Cancel."""
         sb = self.statusBar()
         self.status_label = QLabel("")
         self.status_label.setObjectName("statusLabel")
@@ -270,6 +260,7 @@ class MainWindow(QMainWindow):
         self.cancel_btn.clicked.connect(self.cancel_background)
         sb.addPermanentWidget(self.cancel_btn)
 
+    def _build_shortcuts(self) -> None:
         def shortcut(keys, slot) -> None:
             QShortcut(QKeySequence(keys), self, activated=slot, context=Qt.ShortcutContext.WindowShortcut)
 
@@ -278,6 +269,42 @@ class MainWindow(QMainWindow):
         shortcut("Ctrl+N", self.new_chat)
         shortcut("Ctrl+L", self._focus_message_box)
         shortcut("Ctrl+,", self.open_settings)
+
+    # =============================================================== wiring
+
+    def _wire_models(self) -> None:
+        """The model bar, the empty state and the Library tab to the pair's flow."""
+        pairs = self.pairs
+        self.model_bar.open_requested.connect(pairs.open_dialog)
+        self.model_bar.load_requested.connect(pairs.load_selected)
+        self.model_bar.target_picked.connect(pairs.target_picked)
+        self.model_bar.settings_requested.connect(self.open_settings)
+        self.empty_state.fetch_requested.connect(pairs.fetch_default_pair)
+        self.empty_state.open_requested.connect(lambda: pairs.open_dialog("target"))
+        self.empty_state.model_chosen.connect(lambda p: pairs.load(Path(p), pairs.draft_path))
+        self.library.scanned.connect(pairs.library_scanned)
+        self.library.use_as_target.connect(lambda p: pairs.use_from_library(p, "target"))
+        self.library.use_as_draft.connect(lambda p: pairs.use_from_library(p, "draft"))
+        pairs.pairing_checked.connect(self.pairing_checked)
+        pairs.models_changed.connect(self.models_changed)
+
+    def _wire_chats(self) -> None:
+        chats = self.chats
+        chats.generation_finished.connect(self.generation_finished)
+        chats.delivered.connect(self._answer_delivered)
+        chats.changed.connect(self.update_state)
+        chats.settings_opened.connect(self._chat_settings)
+        chats.ended.connect(self._generation_ended)
+        self.sidebar.chat_chosen.connect(chats.chosen)
+        self.sidebar.delete_chat_btn.clicked.connect(chats.delete_chat)
+        self.chat_panel.regen_btn.clicked.connect(chats.regenerate)
+        self.chat_panel.clear_btn.clicked.connect(chats.clear_chat)
+        self.chat_panel.copy_btn.clicked.connect(chats.copy_answer)
+
+    def _wire_serving(self) -> None:
+        self.serve.changed.connect(self.update_state)
+        self.models_changed.connect(self.serve.session_changed)
+        self.model_bar.insertAction(self.stats_toggle, self.serve.toggle)
 
     def _fit_to_screen(self) -> None:
         """Open at DEFAULT_SIZE or the available screen, whichever is smaller, inside it."""
@@ -331,9 +358,14 @@ class MainWindow(QMainWindow):
     @property
     def loading(self) -> bool:
         """From Load until the outcome of its check or load has been handled."""
-        return self.loader.loading
+        return self.pairs.loading
 
-    def _update_state(self) -> None:
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def update_state(self) -> None:
+        """Enable what can run now, disable the rest."""
         if self._closing:
             return
         loaded = self.session is not None
@@ -372,7 +404,7 @@ class MainWindow(QMainWindow):
     def clear_error(self) -> None:
         self.error_banner.setVisible(False)
 
-    def _busy(self, text: str, fraction: float | None = None, cancellable: bool = True) -> None:
+    def show_busy(self, text: str, fraction: float | None = None, cancellable: bool = True) -> None:
         self.status_label.setText(text)
         self.progress.setVisible(True)
         if fraction is None:
@@ -389,14 +421,14 @@ class MainWindow(QMainWindow):
         live = chat or self.tabs.currentWidget() is self.serve_tab  # a served request's statistics show there too
         self.stats_scroll.setVisible(live and self.stats_toggle.isChecked())
 
-    def _idle(self, text: str = "") -> None:
+    def show_idle(self, text: str = "") -> None:
         self.status_label.setText(text)
         self.progress.setVisible(False)
         self.cancel_btn.setVisible(False)
         self.empty_state.set_progress(None, None)
 
     def cancel_background(self) -> None:
-        self.loader.cancel()
+        self.pairs.loader.cancel()
         for t in self._aux_tasks:
             if t.isRunning():
                 t.cancel()
@@ -408,195 +440,40 @@ class MainWindow(QMainWindow):
         task.start()
         return task
 
-    # =============================================================== models
+    # =============================================================== the pair (pair_controller)
 
-    def _refresh_model_lists(self) -> None:
-        models = self.catalog.known()
-        shown = self._picked_target or self.target_path
-        info = self.catalog.info_of(shown) if shown is not None else {}
-        heads = info.get("mtp_heads") if info.get("mtp_problem") is None else None
-        self.model_bar.populate(models, self.catalog.name_of, self.target_path, self.draft_path,
-                                self._picked_target, self.catalog.pairing,
-                                own_heads=mtp_heads_text(heads, None) if heads else None)
-        self.empty_state.set_models(models)
+    @property
+    def session(self) -> Session | None:
+        return self.pairs.session
 
-    def _library_scanned(self, entries) -> None:
-        if self._closing:
-            return  # a scan that finished while the window closed
-        self._refresh_model_lists()
-        target = ModelBar.path_of(self.target_combo) or self.target_path
-        if target is not None:
-            self.check_drafts(target)
+    @property
+    def target_path(self) -> Path | None:
+        return self.pairs.target_path
 
-    def check_drafts(self, target: Path) -> None:
-        """Refresh the draft picker for ``target``: compatible drafts first."""
-        self.catalog.check_drafts(target, lambda: ModelBar.path_of(self.target_combo) or self.target_path)
+    @property
+    def loader(self) -> PairLoader:
+        return self.pairs.loader
 
-    def _pairing_checked(self, result) -> None:
-        self._refresh_model_lists()
-        self.pairing_checked.emit(result)
+    @property
+    def catalog(self) -> ModelCatalog:
+        return self.pairs.catalog
 
-    def _target_picked(self, path: Path | None) -> None:
-        self._picked_target = path
-        if path is not None:
-            self.catalog.pairing = []
-            self.check_drafts(path)
-
-    def _use_from_library(self, path: Path, role: str) -> None:
-        self.tabs.setCurrentIndex(0)
-        if role == "draft":
-            target = self.target_path or ModelBar.path_of(self.target_combo)
-            if target is None:
-                self.show_error("Choose a target first: a draft speculates for a target.")
-                return
-            self.load_models(target, path)
-            return
-
-        # a new target: keep the draft if it can still draft for it (translated or not),
-        # else take the smallest one that shares its vocabulary
-        def done(res: list) -> None:
-            self.catalog.pairing = res
-            usable = {c.path.resolve() for c in res if c.usable}
-            same = [c.path for c in res if c.compatible]
-            keep = self.draft_path is not None and self.draft_path.resolve() in usable
-            draft = self.draft_path if keep else next(iter(same), None)
-            self.target_path = path
-            self.load_models(path, draft)
-
-        self.catalog.pair(path, done, self.show_error)
-
-    def open_model_dialog(self, role: str) -> None:
-        start = str(self.target_path.parent) if self.target_path else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, f"Open a {role} GGUF", start, GGUF_FILTER)
-        if path:
-            self.open_model_file(Path(path), role)
+    def load_models(self, target: Path, draft: Path | None, confirm_memory: bool = True) -> None:
+        """Check the pair and its memory, then load it (see ``PairController.load``)."""
+        self.pairs.load(target, draft, confirm_memory)
 
     def open_model_file(self, p: Path, role: str) -> None:
         """Load ``p`` as the target or the draft, as picked with Open…"""
-        self.catalog.remember(p)
-        if role == "target":
-            self.target_path = p
-            self._picked_target = None  # the file opened wins over a target chosen in the list
-        else:
-            self.draft_path = p
-        self._refresh_model_lists()
-        if role == "target" and self.draft_path is None:
-            self.load_models(p, None)
-        else:
-            self.load_selected()
+        self.pairs.open_file(p, role)
 
-    def load_selected(self) -> None:
-        t = ModelBar.path_of(self.target_combo)
-        d = ModelBar.path_of(self.draft_combo)
-        if t is None:
-            self.show_error("Choose a target model first.")
-            return
-        self.load_models(t, d)
-
-    def autoload_default_pair(self) -> None:
-        """Load the default pair when it is in models/, else stay on the empty state."""
-        if self._closing or self.session is not None or self.loading or not pair_present():
-            self._update_state()
-            return
-        t, d = (m.path for m in default_models(["target", "draft"]))
-        self.load_models(t, d, confirm_memory=False)
-
-    def load_models(self, target: Path, draft: Path | None, confirm_memory: bool = True) -> None:
-        """Check the pair and its memory, then load it, both off the UI thread.
-
-        A generation or comparison on the old pair is stopped (the old session is
-        freed when it has ended). While another load runs, it is cancelled and this
-        request runs after it: one load at a time, the newest wins (``PairLoader``)."""
-        if self._closing:
-            return
-        s = self.settings
-        try:
-            req = LoadRequest(s.model_spec(target, "target"), s.model_spec(draft, "draft") if draft else None,
-                              confirm_memory)
-        except SpecDeskError as e:
-            self.show_error(str(e))
-            return
+    def stop_work(self) -> None:
+        """A new pair is coming: the comparison and the answer on the old one stop."""
         if self.compare.running:
             self.compare.cancel()
         self.stop_generation()
-        self.clear_error()
-        self.loader.request(req)
 
-    def _confirm_memory(self, shortfalls: list[str]) -> bool:
-        ans = QMessageBox.warning(
-            self,
-            "Not enough free memory",
-            f"Loading these models needs {' and '.join(shortfalls)}. Load anyway?",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-        )
-        return ans == QMessageBox.StandardButton.Yes
-
-    def _install(self, session: Session | None) -> None:
-        """Make ``session`` the window's; the old one is freed once nothing uses it."""
-        old, self.session = self.session, session
-        if old is not None and old is not session:
-            old.close()
-
-    def _loaded(self, session: Session | None) -> None:
-        if session is None:
-            return
-        if self._closing or self.loader.pending is not None:
-            session.close()  # the window closes, or a newer request replaces it at once
-            return
-        if self.chats.generating:
-            # The answer on the old pair was stopped when this load began; install the
-            # new pair once that answer is stored (a step at most from now).
-            if self._deferred_session is not None and self._deferred_session is not session:
-                self._deferred_session.close()
-            self._deferred_session = session
-            return
-        self._install(session)
-        self.target_path = session.target.spec.path
-        self._picked_target = None
-        self.draft_path = session.draft.spec.path if session.draft else None
-        self.catalog.remember(self.target_path)
-        if self.draft_path:
-            self.catalog.remember(self.draft_path)
-        if self.catalog.needs_pairing(self.target_path):
-            self.catalog.pairing = []
-            self.check_drafts(self.target_path)
-        self._refresh_model_lists()
-        loaded = f"loaded {session.target.name}" + (f" and {session.draft.name}" if session.draft else "")
-        if session.translated:
-            loaded += (" — the draft has another vocabulary, so its text is re-tokenized for the target "
-                       "(translated; exact all the same)")
-        self._idle(loaded)
-        self.stats.set_memory(session.memory())
-        self.stats.set_devices(devices(), supports_gpu_offload())
-        self.show_reference()
-        self._update_state()
-        self.models_changed.emit(session)
-        self.focus_input()
-
-    def _load_failed(self, msg: str) -> None:
-        self._idle()
-        self.show_error(msg)
-        self._update_state()
-        self.models_changed.emit(None)
-
-    def fetch_default_pair(self) -> None:
-        if any(t.name == "fetch default pair" for t in self._aux_tasks):
-            return
-
-        def fetch(task: Task):
-            def progress(msg: str, frac: float) -> None:
-                if not task.report(msg, frac):
-                    raise Cancelled("fetching the default pair was cancelled")
-
-            return fetch_models(("target", "draft"), progress)
-
-        task = Task(fetch, "fetch default pair")
-        task.progress.connect(lambda m, f: self._busy(m, f))
-        task.failed.connect(lambda msg: (self._idle(), self.show_error(msg)))
-        task.was_cancelled.connect(lambda: self._idle("download cancelled; it resumes from the cached wheels next time"))
-        task.succeeded.connect(lambda paths: (self._idle("default pair ready"), self._refresh_model_lists(), self.autoload_default_pair()))
-        self._busy("fetching the default pair…", 0.0)
-        self._start_aux(task)
+    def show_chat(self) -> None:
+        self.tabs.setCurrentIndex(0)
 
     # =============================================================== reference speed
 
@@ -666,22 +543,20 @@ class MainWindow(QMainWindow):
         reload = self.session is not None and new.needs_reload(self.settings)
         self.settings = new
         if reload and self.target_path and not self._closing:
-            self.load_models(self.target_path, self.draft_path, confirm_memory=False)
+            self.pairs.reload()
 
     def _answer_delivered(self) -> None:
         """The answer is stored: a pair loaded meanwhile is installed now."""
         if self._closing:
             return
-        deferred, self._deferred_session = self._deferred_session, None
-        if deferred is not None:
-            self._loaded(deferred)
-        self._update_state()
+        self.pairs.install_deferred()
+        self.update_state()
         self.focus_input()
 
     def _generation_ended(self) -> None:
         if self._closing:
             return
-        self._update_state()
+        self.update_state()
         self.focus_input()
 
     def rpc_lost(self, message: str) -> None:
@@ -693,11 +568,9 @@ class MainWindow(QMainWindow):
             if t is not None:
                 t.abandon(message)  # delivers the failure through the task's own handlers
         self.serve.forsake_running(message)  # the next answer or request does not wait for the parked one
-        if self.session is not None:
-            self._install(None)
-            self._refresh_model_lists()
+        self.pairs.forsake()
         self.show_error(message)
-        self._update_state()
+        self.update_state()
 
     # =============================================================== settings
 
@@ -717,7 +590,7 @@ class MainWindow(QMainWindow):
         self.chats.save_settings(new)
         if reload:
             self.status_label.setText("settings changed: reloading the models…")
-            self.load_models(self.target_path, self.draft_path, confirm_memory=False)
+            self.pairs.reload()
 
     # =============================================================== shutdown
 
@@ -725,8 +598,7 @@ class MainWindow(QMainWindow):
         """Stop every task, wait for each to end (each honours Stop between steps,
         prompt chunks and load stages), then free the session and the database."""
         self._closing = True
-        self.loader.close()
-        self.catalog.close()
+        self.pairs.close()
         self.chats.closing = True
         self.serve.close()
         self.latency.stop()
@@ -742,10 +614,7 @@ class MainWindow(QMainWindow):
         for w in self.findChildren(QWidget):
             if w.isWindow() and w.isVisible() and w is not self:
                 w.close()  # e.g. a download dialog
-        if self._deferred_session is not None:
-            self._deferred_session.close()
-            self._deferred_session = None
-        self._install(None)
+        self.pairs.release()
         self.store.close()
         super().closeEvent(event)
 

@@ -25,21 +25,20 @@ from PySide6.QtWidgets import (
 )
 
 from ..errors import SpecDeskError
-from ..session import PROPOSER_CHOICES, GenerationConfig, ModelSpec, default_threads, gpu_build_hint, needs_draft_model
-from ..speculative.proposers import registry
+from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint
 from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
+from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
 #: The proposers a chat chooses from (translated is what draft runs as on a pair of two
 #: vocabularies), with their labels.
-PROPOSER_LABELS = {name: text.PROPOSER_LABELS[name] for name in PROPOSER_CHOICES}
-#: What a chat whose proposer needs a draft model runs while none is loaded (the
-#: target's own MTP heads where it carries usable ones).
-WITHOUT_DRAFT = "ngram"
-WITH_HEADS = "mtp"
+PROPOSER_LABELS = {name: registry.kind(name).label for name in registry.CHOICES}
+#: What a chat whose proposer needs a draft model runs while none is loaded, where the
+#: target carries MTP heads that can draft.
+WITH_HEADS = registry.WITH_MTP[0]
 
 # The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
 # built from it, and a stored value outside it falls back to the default (see
@@ -109,7 +108,7 @@ RELOAD_KEYS = ("n_ctx", "threads", "target_gpu_layers", "draft_gpu_layers", "rpc
 
 @dataclass(frozen=True)
 class ChatSettings:
-    proposer: str = "draft"
+    proposer: str = registry.DEFAULT
     k: int = 4
     auto_k: bool = True
     p_min: float = 0.75
@@ -156,11 +155,11 @@ class ChatSettings:
         target's MTP heads where they can draft: ``mtp_refusal`` None), one that needs
         MTP heads runs n-gram lookups on a target whose heads cannot (``mtp_refusal``
         says why; "" when that is not known), and each says so."""
-        if needs_draft_model(self.proposer) and not has_draft:
-            instead = WITHOUT_DRAFT if mtp_refusal is not None else WITH_HEADS
+        if registry.kind(self.proposer).needs_draft and not has_draft:
+            instead = registry.FALLBACK if mtp_refusal is not None else WITH_HEADS
             return instead, text.without_draft_text(self.proposer, instead)
         if registry.kind(self.proposer).needs_mtp and mtp_refusal is not None:
-            return WITHOUT_DRAFT, text.without_heads_text(self.proposer, WITHOUT_DRAFT)
+            return registry.FALLBACK, text.without_heads_text(self.proposer, registry.FALLBACK)
         return self.proposer, ""
 
     def generation_config(self, has_draft: bool, mtp_refusal: str | None = "") -> GenerationConfig:
@@ -230,7 +229,27 @@ class SettingsDialog(QDialog):
         self.setObjectName("settingsDialog")
         self._initial = settings
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_speculation(settings, mtp_refusal))
+        lay.addWidget(self._build_sampling(settings))
+        lay.addWidget(self._build_models(settings, has_gpu))
+        self.reload_note = QLabel("")
+        self.reload_note.setObjectName("reloadNote")
+        self.reload_note.setWordWrap(True)
+        lay.addWidget(self.reload_note)
+        for w in (self.n_ctx, self.threads, self.target_gpu_layers, self.draft_gpu_layers):
+            w.valueChanged.connect(self._update_note)
 
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.rpc.textChanged.connect(self._update_note)
+        self._update_note()
+
+    def _build_speculation(self, settings: ChatSettings, mtp_refusal: str | None) -> QGroupBox:
+        """The proposer (the registry's choices, by label; the MTP heads' greyed out with
+        ``mtp_refusal``), k or auto, and p_min."""
         spec = QGroupBox("Speculation")
         f = QFormLayout(spec)
         self.proposer = QComboBox()
@@ -264,8 +283,9 @@ class SettingsDialog(QDialog):
         self.p_min = self._dspin("p_min", 0.05, settings.p_min)
         self.p_min.setToolTip("Stop drafting when the draft's top probability falls below this")
         f.addRow("p_min", self.p_min)
-        lay.addWidget(spec)
+        return spec
 
+    def _build_sampling(self, settings: ChatSettings) -> QGroupBox:
         samp = QGroupBox("Sampling")
         f = QFormLayout(samp)
         self.temperature = self._dspin("temperature", 0.1, settings.temperature)
@@ -282,8 +302,11 @@ class SettingsDialog(QDialog):
         f.addRow("Seed", self.seed)
         self.max_tokens = self._spin("max_tokens", settings.max_tokens)
         f.addRow("Max tokens", self.max_tokens)
-        lay.addWidget(samp)
+        return samp
 
+    def _build_models(self, settings: ChatSettings, has_gpu: bool) -> QGroupBox:
+        """Context, threads, GPU layers (said to do nothing on a build without GPU
+        offload) and the RPC servers: changes reload the models."""
         models = QGroupBox("Models (changes reload them)")
         f = QFormLayout(models)
         self.n_ctx = self._spin("n_ctx", settings.n_ctx)
@@ -325,22 +348,7 @@ class SettingsDialog(QDialog):
             self.rpc_note.setText("This llama.cpp was built without the RPC backend. To use other machines: "
                                   f"{reinstall_command()}")
             self.rpc_note.setStyleSheet("color:#e67700;")
-        lay.addWidget(models)
-
-        self.reload_note = QLabel("")
-        self.reload_note.setObjectName("reloadNote")
-        self.reload_note.setWordWrap(True)
-        lay.addWidget(self.reload_note)
-        for w in (self.n_ctx, self.threads, self.target_gpu_layers, self.draft_gpu_layers):
-            w.valueChanged.connect(self._update_note)
-
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(buttons)
-        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
-        self.rpc.textChanged.connect(self._update_note)
-        self._update_note()
+        return models
 
     @staticmethod
     def _spin(name: str, v: int) -> QSpinBox:

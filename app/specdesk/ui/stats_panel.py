@@ -141,7 +141,15 @@ class StatsPanel(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 8, 8, 8)
         lay.setSpacing(8)
+        self._build_figures(lay)
+        self._build_notes(lay)
+        self._build_charts(lay)
+        self._build_memory(lay)
+        lay.addStretch(1)
+        self._init_state()
 
+    def _build_figures(self, lay: QVBoxLayout) -> None:
+        """The verdict against target alone, and the answer's figures."""
         self.verdict = QLabel("No answer yet.")
         self.verdict.setObjectName("verdict")
         self.verdict.setWordWrap(True)
@@ -162,6 +170,9 @@ class StatsPanel(QFrame):
         for i, m in enumerate((self.m_accept, self.m_mal, self.m_tps, self.m_pps, self.m_steps, self.m_gen)):
             grid.addWidget(m, i // 2, i % 2)
         lay.addLayout(grid)
+
+    def _build_notes(self, lay: QVBoxLayout) -> None:
+        """Where the time went, why the steps drafted, and auto's estimate."""
         self.time_split = QLabel("")
         self.time_split.setObjectName("timeSplit")
         self.time_split.setStyleSheet("color:#495057; font-size: 11px;")
@@ -191,7 +202,8 @@ class StatsPanel(QFrame):
         self.auto_estimate.setVisible(False)
         lay.addWidget(self.auto_estimate)
 
-        # tokens/s over the answer
+    def _build_charts(self, lay: QVBoxLayout) -> None:
+        """Tokens/s over the answer, with target alone's line, and acceptance by draft position."""
         self.speed_plot = pg.PlotWidget()
         self.speed_plot.setObjectName("speedPlot")
         self.speed_plot.setFixedHeight(180)
@@ -220,8 +232,15 @@ class StatsPanel(QFrame):
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=GREEN)
         self.pos_plot.addItem(self.pos_bars)
         lay.addWidget(self.pos_plot)
+        for plot in (self.speed_plot, self.pos_plot):
+            for name in ("left", "bottom"):
+                # An axis draws its ticks, labels and grid lines (which span the plot) again at
+                # every repaint of the plot, ~2 ms each here: cached as a pixmap, it is drawn
+                # again only when its range or size changes (an update invalidates the cache).
+                plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
-        # memory
+    def _build_memory(self, lay: QVBoxLayout) -> None:
+        """Each model's memory, their shares, the process and the devices."""
         mem = QGroupBox("Memory")
         ml = QVBoxLayout(mem)
         ml.setSpacing(4)
@@ -244,14 +263,9 @@ class StatsPanel(QFrame):
             w.setWordWrap(True)
             w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         lay.addWidget(mem)
-        lay.addStretch(1)
-        for plot in (self.speed_plot, self.pos_plot):
-            for name in ("left", "bottom"):
-                # An axis draws its ticks, labels and grid lines (which span the plot) again at
-                # every repaint of the plot, ~2 ms each here: cached as a pixmap, it is drawn
-                # again only when its range or size changes (an update invalidates the cache).
-                plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
+    def _init_state(self) -> None:
+        """What is shown, and the timer that shows it at a bounded rate."""
         self._reference: float | None = None
         self._reference_how = "measured"
         self._xs: list[float] = []

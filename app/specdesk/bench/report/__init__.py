@@ -27,10 +27,10 @@ from . import charts
 from .charts import acceptance_chart, speedup_chart, tokens_per_second_chart
 from .csv import CSV_FIELDS, csv_text
 from .markdown import markdown
-from .result import BASELINE, drift_of, validate
+from .result import drift_of, validate
 
 __all__ = [
-    "BASELINE", "CSV_FIELDS", "FILE_NAMES", "acceptance_chart", "check_writable", "remove_if_empty", "csv_text", "drift_of",
+    "CSV_FIELDS", "FILE_NAMES", "acceptance_chart", "check_writable", "remove_if_empty", "csv_text", "drift_of",
     "markdown", "speedup_chart", "tokens_per_second_chart", "write_report",
 ]
 

@@ -13,7 +13,7 @@ import io
 import math
 import sys
 
-from .result import BASELINE
+from ...speculative.proposers.registry import BASELINE
 from .result import basename as _basename
 from .result import configs as _configs
 from .result import num as _num

@@ -10,7 +10,8 @@ import io
 import math
 from typing import Any
 
-from .result import BASELINE, num, validate
+from ...speculative.proposers.registry import BASELINE
+from .result import num, validate
 
 CSV_FIELDS = [
     "suite",

@@ -16,7 +16,10 @@ from ...session.text import (
     verdict_label,
     verdict_text,
 )
-from .result import BASELINE, drift_of, validate
+from ...speculative.proposers.registry import BASELINE
+from ..rows import rows_of
+from ..stats import PairedSpeedup
+from .result import drift_of, validate
 from .result import basename as _basename
 from .result import configs as _configs
 from .result import num as _num
@@ -61,7 +64,7 @@ def markdown(result: dict) -> str:
         rows = [overall[c] for c in configs if c in overall]
         lines.extend(_table(rows))
         lines.append("")
-        lines.extend(f"- `{_md_cell(r.get('config'))}`: {_md_cell(speed_verdict_text(r))}." for r in rows
+        lines.extend(f"- `{_md_cell(r.get('config'))}`: {_md_cell(speed_verdict_text(_speedup(r)))}." for r in rows
                      if r.get("verdict") not in (None, "baseline"))
         if any(r.get("verdict") not in (None, "baseline") for r in rows):
             lines.append("")
@@ -95,18 +98,23 @@ def _fixed(v: Any, digits: int) -> str:
     return DASH if v is None else f"{v:.{digits}f}"
 
 
+def _speedup(d: dict) -> PairedSpeedup:
+    """A paired speedup read from the report's JSON (a summary row, a history gain, a
+    prediction's measurement), as the sentences of session.text take it."""
+    return PairedSpeedup.from_dict(d)
+
+
 def _verdict(row: dict) -> str:
     if row.get("config") == BASELINE:
         return "baseline"
-    label = verdict_label(row)
+    label = verdict_label(_speedup(row))
     return f"**{label}**" if row.get("verdict") in ("faster", "slower") else label
 
 
 def _sureness(result: dict) -> list[str]:
     """How many repeats ran and why, and the machine's noise floor."""
     summary = result.get("summary") or {}
-    rows = [r for r in summary.get("overall") or [] if isinstance(r, dict)]
-    parts = [stopping_text(result.get("stopping"), rows)]
+    parts = [stopping_text(result.get("stopping"), rows_of(summary.get("overall")))]
     if "noise" in summary:
         parts.append(noise_text(summary.get("noise")))
     text = " ".join(p for p in parts if p)
@@ -140,7 +148,7 @@ def _table(rows: list[dict]) -> list[str]:
         cells = [
             f"`{_md_cell(r.get('config'))}`",
             _fixed(r.get("median_tps"), 1),
-            speedup_text(r) if _num(r.get("speedup")) is not None else DASH,
+            speedup_text(_speedup(r)) if _num(r.get("speedup")) is not None else DASH,
             _verdict(r),
             _pct(r.get("acceptance")),
             _fixed(r.get("mean_accepted_length"), 2),
@@ -193,7 +201,7 @@ def _speedup_verdict(row: dict) -> str:
     if _num(row.get("speedup")) is None:
         return DASH
     v = row.get("verdict")
-    return speedup_text(row) + (f" ({VERDICT_WORDS[v]})" if v in VERDICT_WORDS else "")
+    return speedup_text(_speedup(row)) + (f" ({VERDICT_WORDS[v]})" if v in VERDICT_WORDS else "")
 
 
 VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within-noise": "within noise"}
@@ -266,7 +274,7 @@ def _advisor_section(advisor: dict, suites: list[str], configs: list[str]) -> li
             lines.append(
                 f"| {where} | `{_md_cell(p.get('config'))}` | {predicted_cell(p)} | {prediction_verdict_label(said)} | "
                 f"{DASH if comp is None else f'{comp:.2f}×'} | "
-                f"{speedup_text(measured) if _num(measured['speedup']) is not None else DASH} | "
+                f"{speedup_text(_speedup(measured)) if _num(measured['speedup']) is not None else DASH} | "
                 f"{_verdict(measured) if measured['verdict'] else DASH} | "
                 f"{DASH if err is None else f'{err * 100:.1f}%'} |"
             )

@@ -8,8 +8,6 @@ from typing import Any
 
 from ...errors import SpecDeskError
 
-BASELINE = "none"
-
 
 def validate(result: Any) -> None:
     if not isinstance(result, dict):
@@ -22,7 +20,7 @@ def validate(result: Any) -> None:
 
 
 def configs(result: dict) -> list[str]:
-    """Configs in the runner's order ("none" first), then any that only the runs or
+    """Configs in the runner's order (the baseline first), then any that only the runs or
     summary mention."""
     out = list(result.get("configs") or [])
     summary = result.get("summary") or {}

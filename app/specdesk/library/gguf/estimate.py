@@ -54,6 +54,20 @@ def repacked_tensors(g: GGUFFile, types: Collection[str], n_gpu_layers: int) -> 
     return out
 
 
+def layer_bytes(g: GGUFFile) -> tuple[int, dict[int, int]]:
+    """The block count (the metadata's, else the blocks counted) and the weight bytes of
+    each layer, the output layer (every tensor outside a block but the token
+    embeddings) counted as layer ``n_layer``: what a placement plan shows per device."""
+    n_layer = md_int(g, f"{g.architecture}.block_count") or len({layer_of(t.name) for t in g.tensors} - {None})
+    per_layer: dict[int, int] = {}
+    for t in g.tensors:
+        li = layer_of(t.name)
+        key = n_layer if li is None and not t.name.startswith("token_embd") else li
+        if key is not None:
+            per_layer[key] = per_layer.get(key, 0) + int(t.n_bytes)
+    return n_layer, per_layer
+
+
 def md_int(g: GGUFFile, key: str) -> int | None:
     v = g.metadata.get(key)
     if isinstance(v, bool):

@@ -91,9 +91,9 @@ EMPTY_DRAFT = Draft()
 
 class Proposer(Protocol):
     """Every member is required (the decoder reads none with getattr); a proposer
-    with nothing to prepare returns 0, one with no native calls reports 0.0."""
+    with nothing to prepare returns 0, one with no native calls reports 0.0. A
+    proposer has no name of its own: the registry's row names its kind."""
 
-    name: str
     #: False only for the proposer that never drafts (target alone): the decoder then
     #: says "target alone" rather than "no candidate" for an empty draft.
     drafts: bool

@@ -32,7 +32,6 @@ class DraftModelProposer:
     k=8, against 1.3 ms for the decode it adds).
     """
 
-    name = "draft"
     drafts = True
 
     def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75) -> None:

@@ -152,7 +152,6 @@ class HistoryProposer:
     finished turn with :meth:`remember`; the controller sizes the draft from the match
     length, as for n-gram lookups."""
 
-    name = SOURCE
     drafts = True
     native_seconds = 0.0
 

@@ -14,7 +14,6 @@ from .ngram import NgramProposer
 
 
 class HybridProposer:
-    name = "hybrid"
     drafts = True
 
     def __init__(self, draft: Proposer, ngram: NgramProposer | None = None,

@@ -146,7 +146,6 @@ class NgramProposer:
     """Prompt lookup over prompt + output; the controller decides how much of the
     continuation to use from the match length."""
 
-    name = "ngram"
     drafts = True
     native_seconds = 0.0
 

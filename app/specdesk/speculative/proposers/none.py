@@ -11,7 +11,6 @@ from .base import EMPTY_DRAFT, Budget, Draft
 
 
 class NoProposer:
-    name = "none"
     drafts = False
     native_seconds = 0.0
 

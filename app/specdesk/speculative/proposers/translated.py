@@ -61,7 +61,6 @@ class TranslatedDraftProposer:
     docstring. ``prefix``: tokens the draft context starts with (its BOS, when its
     vocabulary adds one), covering no text."""
 
-    name = SOURCE
     drafts = True
 
     def __init__(

@@ -18,6 +18,9 @@ by a newer SpecDesk is not damaged, and a database another connection has open i
 this process's to change: neither is ever moved aside or migrated. This process then
 keeps its chats in memory (:attr:`ChatStore.saved` is False) and says why in
 :attr:`ChatStore.recovered`.
+
+It lives in ``ui/`` beside its only users (the chat controller and the window), and
+imports no Qt: the CLI, the server and the benchmarks keep no chats.
 """
 
 from __future__ import annotations

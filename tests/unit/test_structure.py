@@ -1,0 +1,151 @@
+"""Bounds on the package's structure that a review would miss one change at a time
+(the function length has its own test, test_function_length.py):
+
+- target alone is the registry's baseline flag, not a name spelled in checks:
+  ``== "none"`` and ``!= "none"`` appear at most 3 times in app/ (the issue's own
+  measure: ``grep -rn '== "none"\\|!= "none"' app/``);
+- a proposer's name and its preset configurations are written once, on its registry
+  row (the names that are no draft source: ``ngram+history``, ``hybrid``);
+- no module replaces another object's method with a function or a lambda at run time
+  (a call rerouted that way is invisible where it is made);
+- tools/README.md names every file in tools/, and no file that is not there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import specdesk
+from specdesk.speculative.proposers import registry
+
+APP = Path(specdesk.__file__).parent
+ROOT = APP.parents[1]
+NONE_CHECKS = re.compile(r'== "none"|!= "none"')
+MAX_NONE_CHECKS = 3
+
+
+def _py(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.py"))
+
+
+def none_checks(root: Path = APP) -> list[str]:
+    return [f"{p.relative_to(root)}:{i}" for p in _py(root)
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if NONE_CHECKS.search(line)]
+
+
+def test_target_alone_is_a_flag_not_a_spelled_name():
+    found = none_checks()
+    assert len(found) <= MAX_NONE_CHECKS, "use registry.BASELINE or the baseline flag:\n" + "\n".join(found)
+
+
+# -- proposer names ----------------------------------------------------------------------
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def names_outside_the_registry(root: Path = APP, kinds=registry.KINDS) -> list[str]:
+    """String constants (docstrings aside) that are a kind's name that is no draft
+    source (those are also the algorithm's words), or a configuration of a kind
+    (``draft:k=2``, ``ngram:auto``), anywhere but in the registry."""
+    sources = {s for k in kinds for s in k.sources}
+    only = {k.name for k in kinds if k.name not in sources and not k.baseline}
+    config = re.compile(r"^(%s):(k=|auto|p_min|p-min|history)" % "|".join(re.escape(k.name) for k in kinds))
+    found = []
+    for path in _py(root):
+        if path.name == "registry.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+                    and (node.value in only or config.match(node.value))):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_proposer_names_and_presets_are_written_once_in_the_registry():
+    assert names_outside_the_registry() == []
+
+
+def test_the_name_check_sees_a_list_of_names(tmp_path):
+    (tmp_path / "tab.py").write_text('"""Offers hybrid."""\nPRESETS = ["draft:k=2", "hybrid", "ngram"]\nNOTE = "draft: none"\n')
+    assert names_outside_the_registry(tmp_path) == ["tab.py:2 'draft:k=2'", "tab.py:2 'hybrid'"]
+
+
+# -- no call rerouted at run time --------------------------------------------------------------
+
+def reroutes(root: Path = APP) -> list[str]:
+    """``other.name = lambda ...`` or ``other.name = obj.method``: an attribute of an
+    object other than ``self`` set to a function. ``method`` is a name the package
+    defines as a function and never assigns as data (``self.method = ...``)."""
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in _py(root)}
+    defs: set[str] = set()
+    data: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        data.add(t.attr)
+    methods = defs - data
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
+            function = isinstance(value, ast.Lambda) or (isinstance(value, ast.Attribute) and value.attr in methods)
+            for t in node.targets:
+                if function and isinstance(t, ast.Attribute) and not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_no_module_replaces_another_objects_method_at_run_time():
+    assert reroutes() == [], "pass the function in (a constructor argument, a signal) instead"
+
+
+def test_the_reroute_check_sees_both_kinds(tmp_path):
+    (tmp_path / "w.py").write_text(
+        "class W:\n"
+        "    def chat_steps(self): ...\n"
+        "    def build(self):\n"
+        "        self.chats.steps_of = self.serve.chat_steps\n"
+        "        self.banner.mousePressEvent = lambda e: None\n"
+        "        self.queue.capacity = self.settings.queue\n"
+        "        self.route = self.serve.chat_steps\n")
+    assert [f.split(" ")[0] for f in reroutes(tmp_path)] == ["w.py:4", "w.py:5"]
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+def undocumented_tools(tools: Path = ROOT / "tools") -> tuple[list[str], list[str]]:
+    """(files of tools/ the README does not list, files it lists that are not there)."""
+    listed = re.findall(r"^- `([^`]+)`", (tools / "README.md").read_text(encoding="utf-8"), re.M)
+    present = sorted(p.name for p in tools.iterdir() if p.is_file() and p.name != "README.md"
+                     and not p.name.endswith(".pyc"))
+    return [f for f in present if f not in listed], [f for f in listed if f not in present]
+
+
+def test_every_file_in_tools_is_documented_in_its_readme():
+    missing, gone = undocumented_tools()
+    assert missing == [], f"say in tools/README.md what these measure and when to run them: {missing}"
+    assert gone == [], f"tools/README.md lists files that are not in tools/: {gone}"
+
+
+def test_the_tools_check_sees_an_undocumented_file(tmp_path):
+    (tmp_path / "README.md").write_text("- `a.py`: measures a; run it after changing a.\n- `gone.py`: was here.\n")
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("")
+    assert undocumented_tools(tmp_path) == (["b.py"], ["gone.py"])
