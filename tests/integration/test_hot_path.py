@@ -16,7 +16,7 @@ PROMPT = "Write a Python function that checks whether a string is a palindrome."
 @pytest.mark.parametrize("config", [
     GenerationConfig(proposer="none", max_tokens=24),
     GenerationConfig(proposer="ngram", k=4, max_tokens=24),
-    GenerationConfig(proposer="draft", k=4, max_tokens=24),  # p-min 0.75: the draft's top probability too
+    GenerationConfig(proposer="draft", k=4, p_min=0.75, max_tokens=24),  # the draft's top probability too
     GenerationConfig(proposer="draft", k=3, p_min=0.0, max_tokens=24),
     GenerationConfig(proposer="hybrid", k=4, max_tokens=24),
 ], ids=lambda c: f"{c.proposer}-k{c.k}-pmin{c.p_min:g}")

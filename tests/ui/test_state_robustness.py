@@ -155,3 +155,14 @@ def test_library_details_show_file_metadata_as_text_not_html(qtbot, tmp_path):
     assert "&lt;a href" in html and "<a href" not in html and "<img" not in html
     assert "&lt;b&gt;llama&lt;/b&gt;" in html and "&lt;i&gt;thing&lt;/i&gt;" in html
     assert evil in tab.details.toPlainText()
+
+
+def test_settings_saved_with_the_old_default_p_min_take_the_new_one():
+    """p-min's default was 0.75 and is now 0 (off): settings stored before, holding the
+    old default, take the new one; a p-min stored since stays as it is."""
+    from specdesk.ui.settings import LAYERS_FORMAT_KEY, ChatSettings
+
+    old = ChatSettings.from_dict({"p_min": 0.75})
+    assert old.p_min == 0.0
+    assert ChatSettings.from_dict({"p_min": 0.5}).p_min == 0.5
+    assert ChatSettings.from_dict({"p_min": 0.75, LAYERS_FORMAT_KEY: True}).p_min == 0.75

@@ -190,8 +190,9 @@ def add_sampling_options(g, max_tokens_default: int | None = 256) -> None:
                    help="where drafts come from: " + "; ".join(f"{k.name}: {k.label}" for k in registry.KINDS)
                    + f" (default {registry.DEFAULT})")
     g.add_argument("--k", type=draft_length, default="auto", help="draft length: a positive integer or 'auto' (default)")
-    g.add_argument("--p-min", type=float_in("p-min", 0.0, 1.0, hi_open=True), default=0.75,
-                   help="stop drafting when the draft's top probability is below this (default 0.75)")
+    g.add_argument("--p-min", type=float_in("p-min", 0.0, 1.0, hi_open=True), default=0.0,
+                   help="stop drafting when the draft's top probability is below this (default 0: off; "
+                        "llama.cpp's 0.75 cuts long drafts short, and a GPU pays for that)")
     g.add_argument("--temp", type=float_in("temperature", 0.0, None), default=0.0, help="temperature, 0 = greedy (default)")
     g.add_argument("--top-k", type=non_negative_int("top-k"), default=0, help="top-k, 0 = off")
     g.add_argument("--top-p", type=float_in("top-p", 0.0, 1.0, lo_open=True), default=1.0, help="top-p, 1 = off")

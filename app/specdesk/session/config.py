@@ -45,7 +45,10 @@ class ModelSpec:
 class GenerationConfig:
     proposer: str = registry.DEFAULT
     k: int | str = "auto"
-    p_min: float = 0.75
+    # 0: drafts are not cut short by the draft's confidence. On a GPU, where verifying a
+    # long batch is cheap, p-min 0.75 cut k=8 to 1.4 tokens a step (0.68x target alone
+    # on an H200); on a CPU, auto drafts little anyway. --p-min sets it.
+    p_min: float = 0.0
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     max_tokens: int = 256

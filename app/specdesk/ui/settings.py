@@ -111,7 +111,7 @@ class ChatSettings:
     proposer: str = registry.DEFAULT
     k: int = 4
     auto_k: bool = True
-    p_min: float = 0.75
+    p_min: float = 0.0
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
@@ -194,8 +194,13 @@ def _old_default_layers(d: dict, s: ChatSettings) -> ChatSettings:
     the old default (the boxes were disabled on CPU-only builds, and on a GPU build 0 was
     what a user who chose nothing kept), so such a pair becomes auto. A pair in which
     either count is not 0 was chosen, and stays as stored; in settings stored since,
-    0 means 0."""
-    if LAYERS_FORMAT_KEY in d or (s.target_gpu_layers, s.draft_gpu_layers) != (0, 0):
+    0 means 0. So with p-min: 0.75, the old default, becomes 0 (off), the new one
+    (cutting a draft short where verifying is cheap costs more than it saves)."""
+    if LAYERS_FORMAT_KEY in d:
+        return s
+    if s.p_min == 0.75:
+        s = replace(s, p_min=0.0)
+    if (s.target_gpu_layers, s.draft_gpu_layers) != (0, 0):
         return s
     return replace(s, target_gpu_layers=AUTO_LAYERS, draft_gpu_layers=AUTO_LAYERS)
 
