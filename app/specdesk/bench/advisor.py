@@ -73,6 +73,12 @@ ACCEPTANCE_SHARE = 0.08
 COMPONENTS_SHARE = 0.02 + VERIFY_SHARE + DRIFT_SHARE + DRAFT_SHARE + ACCEPTANCE_SHARE
 
 BEST_KS = 2  # the draft lengths the component costs rate best, tried in the loop (with k=1)
+# Where a verify batch's tokens beyond 5 cost less than this share of a target step each
+# (a GPU: 0.14 on an H200, against 0.6-0.8 on a 2-core CPU), long drafts may pay: the
+# calibration then measures batches and drafts up to LONG_K as well, and rates them.
+LONG_SLOPE = 0.5
+LONG_K = 32
+LONG_SIZES = (12, 16, 24, 32)
 MAX_LOOP_CONFIGS = 5  # configurations the loop calibration runs besides target alone
 
 
@@ -148,6 +154,7 @@ class _Run:
         self.session, self.progress, self.cancel = session, progress, cancel
         self.k_max, self.reps, self.clock = k_max, reps, clock
         self.costs = CostModel()
+        self.ks = tuple(range(1, k_max + 1))  # the draft lengths whose costs are measured
 
     def step(self, msg: str, frac: float) -> None:
         if self.cancel is not None and self.cancel():
@@ -173,10 +180,21 @@ def _measure_verify(run: _Run, prompt: list[int]) -> None:
     run.step("measuring a target step", 0.02)
     verify(1)  # discard the first (graph build)
     run.costs.set_verify(1, run.time(lambda: verify(1), run.reps + 3))
-    for b in range(2, run.k_max + 2):
+    sizes = list(range(2, run.k_max + 2))
+    for b in sizes:
         run.step(f"measuring a verify batch of {b} tokens", 0.02 + VERIFY_SHARE * b / (run.k_max + 1))
         verify(b)
         run.costs.set_verify(b, run.time(lambda b=b: verify(b), run.reps))
+    if run.k_max < LONG_K and 5 < sizes[-1] and len(prompt) > LONG_K + 1:
+        v = run.costs.verify_cost
+        if (v(sizes[-1]) - v(5)) / (sizes[-1] - 5) < LONG_SLOPE * v(1):  # cheap batches: long drafts may pay
+            batch_src = prompt[-(LONG_K + 2):]
+            for k in LONG_SIZES:
+                run.step(f"measuring a verify batch of {k + 1} tokens", 0.02 + VERIFY_SHARE)
+                verify(k + 1)
+                run.costs.set_verify(k + 1, run.time(lambda b=k + 1: verify(b), run.reps))
+            run.ks = tuple(range(1, run.k_max + 1)) + LONG_SIZES
+            run.k_max = LONG_K
 
 
 def _measure_draft(run: _Run, prompt: list[int], translated: bool) -> Callable[[], object]:
@@ -212,7 +230,7 @@ def _measure_draft(run: _Run, prompt: list[int], translated: bool) -> Callable[[
 
     draft(1)
     lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
-    for k in range(1, run.k_max + 1):
+    for k in run.ks:
         run.step(f"measuring a draft of {k} tokens", lo + DRAFT_SHARE * k / run.k_max)
         run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
     return make_proposer
@@ -236,7 +254,7 @@ def _measure_heads(run: _Run, prompt: list[int]) -> Callable[[], object]:
 
     draft(1)
     lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
-    for k in range(1, run.k_max + 1):
+    for k in run.ks:
         run.step(f"measuring a draft of {k} tokens by the MTP heads", lo + DRAFT_SHARE * k / run.k_max)
         run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
     return make_proposer
@@ -316,7 +334,7 @@ def calibrate(
         draft_acceptance=acceptance,
         draft_bytes=d.total_bytes if d else 0,
         kv_bytes_per_token=session.target.model.kv_bytes_per_token(),
-        k_max=k_max,
+        k_max=run.k_max,
         drift=kernel_drift,
         quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
         draft_source=source,
