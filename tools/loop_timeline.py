@@ -296,7 +296,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ctx", type=int, default=2048)
-    ap.add_argument("--gpu-layers", type=int, default=0)
+    ap.add_argument("--gpu-layers", type=int, default=None, help="GPU layers per model (default: auto where offload fits)")
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--sampling", action="store_true",
                     help="time the samplers alone on the default draft's 152k vocabulary (--target to change)")
