@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..sampling import SamplingParams, Warped
+from ..sampling import SamplingParams, TopToken, Warped, warp_support
 
 # budget(source, hint) -> how many tokens the controller wants drafted. The hint is
 # what the controller needs to price the draft: for "ngram" the match length (long
@@ -116,3 +116,47 @@ class Proposer(Protocol):
     ) -> Draft: ...
 
     def reset(self) -> None: ...
+
+
+def row_reader(params: SamplingParams, top: TopToken, n_common: int) -> Callable[[np.ndarray], object]:
+    """What a model's draft reads of a logits row (the first of ``rows``, over the
+    target's ``n_common`` ids), where it lies: at temperature 0 the argmax and its
+    probability (for p-min), above it the warped distribution it samples from."""
+    if params.greedy:
+        return lambda rows: top(rows[0, :n_common])
+    return lambda rows: warp_support(rows[0, :n_common], params)
+
+
+class DraftTokens:
+    """A model's draft, a token at a time from what :func:`row_reader` read: the argmax
+    at temperature 0, a sample above it (its q kept for the verifier); it stops where
+    the draft's confidence falls below ``p_min`` (llama.cpp's --draft-p-min)."""
+
+    def __init__(self, params: SamplingParams, rng: np.random.Generator, p_min: float) -> None:
+        self.greedy, self.rng, self.p_min = params.greedy, rng, p_min
+        self.tokens: list[int] = []
+        self.confs: list[float] = []
+        self.qs: list[Warped] = []
+
+    def take(self, read) -> int | None:
+        """The next token from ``read`` (a row_reader's result), None where p-min stops."""
+        if self.greedy:
+            t, conf = read
+            if self.p_min > 0 and conf < self.p_min:
+                return None
+        else:
+            q = read
+            if self.p_min > 0 and float(q.probs.max()) < self.p_min:
+                return None
+            t = q.sample(self.rng)
+            self.qs.append(q)  # over the common range: the target's ids, 0 beyond it
+            conf = q.prob(t)
+        self.tokens.append(t)
+        self.confs.append(conf)
+        return t
+
+    def draft(self, source: str, **fields) -> Draft:
+        if not self.tokens:
+            return Draft(source=source, **fields)
+        return Draft(tokens=tuple(self.tokens), q=tuple(self.qs) if self.qs else None, source=source,
+                     confidence=tuple(self.confs), **fields)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
-from ..sampling import SamplingParams, TopToken, Warped, warp_support
-from .base import DRAFT, EMPTY_DRAFT, Budget, Draft
+from ..sampling import SamplingParams, TopToken
+from .base import DRAFT, EMPTY_DRAFT, Budget, Draft, DraftTokens, row_reader
 
 
 def _unread(rows: np.ndarray) -> None:
@@ -67,39 +67,17 @@ class DraftModelProposer:
         k = min(k, self.ctx.n_ctx - len(seq))
         if k <= 0:
             return EMPTY_DRAFT
-        n_common = self.n_common
-        if params.greedy:
-            # the argmax (and the top probability for p-min) read where the row lies
-            top = self._top
-
-            def pick(rows: np.ndarray):
-                return top(rows[0, :n_common])
-        else:
-            def pick(rows: np.ndarray):
-                return warp_support(rows[0, :n_common], params)
-
+        pick = row_reader(params, self._top, self.n_common)
         ctx = self.ctx
         out = ctx.prefill(seq, fn=pick)
         synced = ctx.last_prefill_evaluated
         reshape = ctx.last_reshape_seconds if synced else 0.0
-        tokens: list[int] = []
-        confs: list[float] = []
-        qs: list[Warped] = []
+        drafted = DraftTokens(params, rng, self.p_min)
         steady, n_steady = 0.0, 0
         for i in range(k):
-            if params.greedy:
-                t, conf = out
-            else:
-                q = out
-                conf = float(q.probs.max())
-            if self.p_min > 0 and conf < self.p_min:
+            t = drafted.take(out)
+            if t is None:
                 break
-            if not params.greedy:
-                t = q.sample(rng)
-                qs.append(q)  # over the common range: the target's ids, 0 beyond it
-                conf = q.prob(t)
-            tokens.append(t)
-            confs.append(conf)
             # the last token's row is asked for and not read: the same shape as the rest
             t0 = ctx.native_seconds
             out = ctx.eval([t], all_rows=False, fn=pick if i + 1 < k else _unread)
@@ -108,17 +86,7 @@ class DraftModelProposer:
             else:
                 steady += ctx.native_seconds - t0
                 n_steady += 1
-        if not tokens:
-            return Draft(synced=synced, source=DRAFT, reshape=reshape)
-        return Draft(
-            tokens=tuple(tokens),
-            q=tuple(qs) if qs else None,
-            source=DRAFT,
-            confidence=tuple(confs),
-            synced=synced,
-            steady=(steady, n_steady),
-            reshape=reshape,
-        )
+        return drafted.draft(DRAFT, synced=synced, steady=(steady, n_steady), reshape=reshape)
 
     def reset(self) -> None:
         self.ctx.rollback(0)

@@ -27,8 +27,8 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from ..backend import common_prefix_length
-from ..sampling import SamplingParams, TopToken, Warped, warp_support
-from .base import EMPTY_DRAFT, MTP, Budget, Draft
+from ..sampling import SamplingParams, TopToken
+from .base import EMPTY_DRAFT, MTP, Budget, Draft, DraftTokens, row_reader
 
 T = TypeVar("T")
 
@@ -116,41 +116,17 @@ class MtpProposer:
         if k <= 0:
             self._drafted_at = None  # the heads fall behind: what they miss is a catch-up
             return EMPTY_DRAFT
-        n_common = self.n_common
-        if params.greedy:
-            top = self._top
-
-            def pick(rows: np.ndarray):
-                return top(rows[0, :n_common])
-        else:
-            def pick(rows: np.ndarray):
-                return warp_support(rows[0, :n_common], params)
-
+        pick = row_reader(params, self._top, self.n_common)
         out = self.heads.prefill(seq, fn=pick)
         self._drafted_at = len(seq)
-        tokens: list[int] = []
-        confs: list[float] = []
-        qs: list[Warped] = []
+        drafted = DraftTokens(params, rng, self.p_min)
         for i in range(k):
-            if params.greedy:
-                t, conf = out
-            else:
-                q = out
-                conf = float(q.probs.max())
-            if self.p_min > 0 and conf < self.p_min:
+            t = drafted.take(out)
+            if t is None:
                 break
-            if not params.greedy:
-                t = q.sample(rng)
-                qs.append(q)
-                conf = q.prob(t)
-            tokens.append(t)
-            confs.append(conf)
             if i + 1 < k:
                 out = self.heads.eval([t], fn=pick)
-        if not tokens:
-            return Draft(synced=synced, source=SOURCE)
-        return Draft(tokens=tuple(tokens), q=tuple(qs) if qs else None, source=SOURCE,
-                     confidence=tuple(confs), synced=synced)
+        return drafted.draft(SOURCE, synced=synced)
 
     def reset(self) -> None:
         self.heads.rollback(0)
