@@ -36,20 +36,24 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextBrowser, QToolTip, QWidget
 
+from ..speculative.proposers.base import HISTORY, MTP, NGRAM, TRANSLATED
+
 # kind -> (background, label, explanation)
 PROVENANCE = {
     "accepted": ("#bfeec0", "accepted draft", "proposed by the draft model and kept by the target"),
-    "ngram": ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
-    "history": ("#ffe8a8", "history", "copied from an earlier turn (history lookup) and kept by the target"),
-    "translated": ("#c8f0e8", "translated", "drafted by a model with another vocabulary, re-tokenized, and kept by the target"),
-    "mtp": ("#ffd8e8", "MTP heads", "drafted by the target's own multi-token-prediction heads and kept by the target"),
+    NGRAM: ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
+    HISTORY: ("#ffe8a8", "history", "copied from an earlier turn (history lookup) and kept by the target"),
+    TRANSLATED: ("#c8f0e8", "translated", "drafted by a model with another vocabulary, re-tokenized, and kept by the target"),
+    MTP: ("#ffd8e8", "MTP heads", "drafted by the target's own multi-token-prediction heads and kept by the target"),
     "correction": ("#ffcdb8", "correction", "the target's own token after it rejected a draft token"),
     "bonus": ("#c9ddff", "bonus", "the target's extra token after it accepted the whole draft"),
     "target": ("", "target", "a plain target step (nothing was drafted)"),
 }
 
 #: Shorter names for the legend under the chat (the tooltips say it in full).
-LEGEND_LABELS = {"accepted": "draft", "ngram": "lookup"}
+LEGEND_LABELS = {"accepted": "draft", NGRAM: "lookup"}
+#: The sources whose accepted tokens have a colour of their own (a draft model's have "accepted"'s).
+OWN_COLOUR = (NGRAM, HISTORY, TRANSLATED, MTP)
 
 SPAN_PROP = QTextFormat.Property.UserProperty + 1
 USER_BG = "#f1f3f5"
@@ -67,7 +71,7 @@ def _answer_format() -> QTextBlockFormat:
 
 
 def colour_key(kind: str, source: str) -> str:
-    if kind == "accepted" and source in ("ngram", "history", "translated", "mtp"):
+    if kind == "accepted" and source in OWN_COLOUR:
         return source
     return kind if kind in PROVENANCE else "target"
 
@@ -99,7 +103,7 @@ class Span:
             parts.append(f"draft position {self.position}")
         elif self.kind in ("correction", "bonus") and self.position:
             parts.append(f"after {self.position - 1} accepted")
-        if self.source == "ngram" and self.lookup is not None:
+        if self.source == NGRAM and self.lookup is not None:
             parts.append(f"copied from token {self.lookup} of the context")
         if self.p is not None:
             parts.append(f"p = {self.p:.3f}")
@@ -432,7 +436,7 @@ class Legend(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
         lay.setSpacing(10)
-        for key in ("accepted", "ngram", "history", "translated", "mtp", "correction", "bonus"):
+        for key in ("accepted", *OWN_COLOUR, "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
             label = LEGEND_LABELS.get(key, label)
             sw = QLabel()

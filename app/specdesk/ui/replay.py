@@ -35,10 +35,11 @@ from PySide6.QtWidgets import (
 )
 
 from ..session.text import REPLAY_NOTE, replay_clock_text
+from ..speculative.proposers.base import DRAFT, HISTORY, MTP, NGRAM, TRANSLATED
 from .chat_view import PROVENANCE, colour_key
 
 KINDS = {"t": "target", "a": "accepted", "c": "correction", "b": "bonus"}
-SOURCES = {"d": "draft", "t": "translated", "n": "ngram", "h": "history", "m": "mtp", "-": ""}
+SOURCES = {"d": DRAFT, "t": TRANSLATED, "n": NGRAM, "h": HISTORY, "m": MTP, "-": ""}
 TICK_MS = 30
 SPEEDS = (("1×", 1.0), ("2×", 2.0), ("4×", 4.0), ("½×", 0.5))
 

@@ -195,7 +195,9 @@ def _run(rep: _Report, target: Path | None, draft: Path | None, timeout: float, 
                   " (pass a GGUF path: specdesk --self-test MODEL.gguf)")
         return w
     # the settings under test; applied before loading so the specs use them
-    w.apply_settings(ChatSettings(proposer="draft", auto_k=False, k=2, p_min=0.0, max_tokens=MAX_TOKENS))
+    from ..speculative.proposers import registry
+
+    w.apply_settings(ChatSettings(proposer=registry.DEFAULT, auto_k=False, k=2, p_min=0.0, max_tokens=MAX_TOKENS))
     if _check_load(rep, w, target, draft, left, failed) is None:
         return w
     gen = _check_generation(rep, w, left, failed)
