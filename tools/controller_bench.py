@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
 
-from specdesk.speculative.controller import FixedK, StepCost
-from specdesk.speculative.auto import AutoK# noqa: E402
+from specdesk.speculative.controller import FixedK, StepCost  # noqa: E402
+from specdesk.speculative.auto import AutoK  # noqa: E402
 
 
 def stream(kind: str, controller, steps: int, seed: int = 0) -> float:

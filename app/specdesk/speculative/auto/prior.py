@@ -120,13 +120,16 @@ class Prior:
         per token, as a share of target alone's ``c0``: the prior pooled with the arm's
         outcome where one was measured (with ``optimistic``, the optimistic prior and
         the outcome less its interval)."""
-        stamp = (self.judges.versions.get(key, 0), c0, kmax, optimistic, tuple(sorted(skip)))
-        hit = self._estimates.get(key)
+        # estimated again when the arm learnt something, its prior row was refreshed, or
+        # target alone's cost moved by half a percent (not at every target step it times)
+        slot = (key, kmax, optimistic, tuple(sorted(skip)) if skip else ())
+        stamp = (self.judges.versions.get(key, 0), round(math.log(c0) * 200))
+        hit = self._estimates.get(slot)
         if hit is not None and hit[0] is p and hit[1] == stamp:
             return hit[2]
         row = self.optimistic(source, key, k_max, p) if optimistic else p.mean
         result = self._best(key, kmax, row, optimistic, c0, skip)
-        self._estimates[key] = (p, stamp, result)
+        self._estimates[slot] = (p, stamp, result)
         return result
 
     def _best(self, key: str, kmax: int, row: list[float], optimistic: bool, c0: float,
