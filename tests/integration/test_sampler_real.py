@@ -156,7 +156,12 @@ class MemoTarget:
         self.native_seconds = 0.0
         self.last_prefill_evaluated = 0
         self.last_batch_first = False  # its runs are not timed: no one-off to report
+        self.shape_changes, self.last_shape_changed, self.last_reshape_seconds = 0, False, 0.0  # nor a change of shape
         self.n_vocab, self.n_ctx = ctx.n_vocab, ctx.n_ctx
+
+    @property
+    def reshape_cost(self) -> float:
+        return float("nan")  # never measured: the memo's replays cost nothing
 
     @property
     def n_past(self) -> int:
