@@ -307,11 +307,15 @@ def _tail_bound(x: np.ndarray, m: float, n_band: int, edge: np.float32) -> float
 
 def _rest_mass(x: np.ndarray, m: float, head: np.ndarray, dtype) -> float:
     """The mass of every token but ``head``'s (relative to the best's): exponentials in
-    float32 (within _EPS) or float64, summed in float64."""
+    float32 or float64, summed in their own type. In float32 the result is within _EPS:
+    the difference from the best rounds by 2e-6 at most (16 and more below it), the
+    exponential by 3 ulp, and NumPy's pairwise sum of non-negative terms by under
+    30 ulp on a row of 2^18 (blocks of 128 summed eight ways, then halved). Summing
+    in float32 rather than casting every term to float64 costs a quarter less."""
     e = np.subtract(np.asarray(x, dtype=dtype), dtype(m), dtype=dtype)
     np.exp(e, out=e)
     e[head] = 0.0
-    return float(e.sum(dtype=np.float64))
+    return float(e.sum())
 
 
 def _cut_sorted(vals: np.ndarray, top_p: float) -> np.ndarray:
