@@ -30,6 +30,7 @@ STRICT = ("{% for m in messages if m['role'] != 'system' %}{% if (m['role'] == '
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
 HOLDER_TOKENS = 900
 ORIGIN = "http://localhost:3000"
+AS_TYPED = "HTTP://LocalHost:3000/"  # as a person may write ORIGIN: the server matches the browser's form
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def strict_model(smol_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(strict_model, smol_draft_path, tmp_path_factory):
     s = start_serve(["--target", strict_model, "--draft", smol_draft_path, "--ctx", "1024", "--threads", "1", "--k", "3",
-                     "--queue", str(QUEUE), "--cors-origin", ORIGIN], tmp_path_factory.mktemp("serve"), key=KEY)
+                     "--queue", str(QUEUE), "--cors-origin", AS_TYPED], tmp_path_factory.mktemp("serve"), key=KEY)
     yield s
     assert s.stop() == 0, s.stderr()
     assert "Traceback" not in s.stderr(), s.stderr()
@@ -223,6 +224,16 @@ def test_a_bad_allow_host_is_one_line(value, strict_model, tmp_path):
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "--allow-host" in lines[0] and "Host header" in lines[0] and repr(value) in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("value", ["localhost:3000", "http://localhost:3000/app", "null", "file:///srv/page.html", ""])
+def test_a_bad_cors_origin_is_one_line(value, strict_model, tmp_path):
+    # each would never match what a browser sends (or, null, match any sandboxed page): refused before loading
+    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", "--cors-origin", value],
+                       capture_output=True, text=True, timeout=120, env=isolated_env(tmp_path))
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--cors-origin" in lines[0] and "scheme://host[:port]" in lines[0] and repr(value) in lines[0], lines[0]
 
 
 def test_failed_requests_fail_alone(server, client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdesk.server.guard import Gate, allowed_host_error, host_name, is_loopback_name
+from specdesk.server.guard import Gate, allowed_host_error, host_name, is_loopback_name, parse_origin
 
 LOOPBACK = Gate(None, hosts=(), origins=("http://localhost:3000",))
 ALLOWING = Gate(None, hosts=("llm.home", "[fe80::1]"), origins=())
@@ -89,6 +89,26 @@ def test_allow_host_takes_names_and_addresses(value):
 def test_allow_host_refuses_the_rest_in_one_line(value):
     why = allowed_host_error(value)
     assert why and "\n" not in why and repr(value) in why and "Host header" in why
+
+
+@pytest.mark.parametrize("value, origin", [
+    ("http://localhost:3000", "http://localhost:3000"), ("HTTP://LocalHost:3000/", "http://localhost:3000"),
+    ("http://localhost:80", "http://localhost"), ("https://chat.example:443", "https://chat.example"),
+    ("https://chat.example:8443", "https://chat.example:8443"), ("http://[::1]:5173", "http://[::1]:5173"),
+    (" * ", "*"),
+])
+def test_cors_origin_takes_the_form_browsers_send(value, origin):
+    # a browser sends scheme://host[:port], lower-case, without its scheme's default port
+    assert parse_origin(value) == (origin, None)
+    gate = Gate(LOOPBACK.app, hosts=(), origins=(origin,))
+    assert gate.refusal(b"localhost", b"http://localhost:3000" if origin == "*" else origin.encode()) is None
+
+
+@pytest.mark.parametrize("value", ["localhost:3000", "http://localhost:3000/app", "http://x?a=1", "null", "", "ftp://x",
+                                   "file:///srv/page.html", "http://user:pw@x", "http://x:99999", "http://-x", "http://a b"])
+def test_cors_origin_refuses_what_never_matches_in_one_line(value):
+    origin, why = parse_origin(value)
+    assert origin is None and why and "\n" not in why and repr(value) in why and "scheme://host[:port]" in why
 
 
 def test_loopback_names():

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: ${API_KEY_ENV}, else none)")
     n.add_argument("--queue", type=int_at_least("queue", 0, "an integer >= 0"), default=DEFAULT_QUEUE, metavar="N",
                    help=f"requests that may wait while one generates; beyond them 503 with Retry-After (default {DEFAULT_QUEUE})")
-    n.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+    n.add_argument("--cors-origin", action="append", default=[], type=_cors_origin, metavar="ORIGIN",
                    help="allow browser pages from ORIGIN (e.g. http://localhost:3000; repeat for more, * for any); "
                         "a page from any other origin is refused (403)")
     n.add_argument("--allow-host", action="append", default=[], type=_allowed_host, metavar="NAME",
@@ -91,6 +91,15 @@ def _allowed_host(value: str) -> str:
     if why:
         raise argparse.ArgumentTypeError(why)
     return value.strip().lower()
+
+
+def _cors_origin(value: str) -> str:
+    from ..server.guard import parse_origin  # plain Python: no web stack imported for it
+
+    origin, why = parse_origin(value)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return origin
 
 
 def _interrupt(_sig, _frame) -> None:

@@ -37,6 +37,7 @@ import ipaddress
 import json
 import re
 from typing import Callable, Iterable
+from urllib.parse import urlsplit
 
 from ..fmt import format_bytes
 from .errors import error_body
@@ -100,6 +101,39 @@ def allowed_host_error(value: str) -> str | None:
         return None
     return (f"must be a host name or address as a browser sends it in the Host header, without scheme, port or path "
             f"(e.g. llm.home or 192.168.1.20; * for any), got {value!r}")
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_origin(value: str) -> tuple[str | None, str | None]:
+    """``--cors-origin``'s value as a browser sends it in the Origin header, or why it
+    cannot be one (one line): ``scheme://host[:port]``, lower-case, without the
+    scheme's default port; a trailing ``/`` is dropped. A path, a query, user
+    credentials or ``null`` (what sandboxed pages and files send, which any page can
+    claim) would never match, or match too much: refused. ``*`` for any."""
+    v = value.strip()
+    if v == "*":
+        return v, None
+    why = (f"must be an origin as a browser sends it, scheme://host[:port] without a path "
+           f"(e.g. http://localhost:3000; * for any), got {value!r}")
+    try:
+        u = urlsplit(v)
+        port = u.port
+    except ValueError:
+        return None, why
+    if u.scheme.lower() not in _DEFAULT_PORTS or not u.hostname or u.username is not None or u.password is not None \
+            or u.path not in ("", "/") or u.query or u.fragment or v.endswith(("?", "#")):
+        return None, why
+    scheme, host = u.scheme.lower(), u.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    elif not all(_LABEL.fullmatch(label) for label in host.split(".")):
+        return None, why
+    shown = f"{scheme}://{host}"
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        shown += f":{port}"
+    return shown, None
 
 
 def _header(scope, name: bytes) -> bytes | None:
