@@ -27,6 +27,7 @@ from gguf import GGUFValueType as VT
 from specdesk.errors import ModelFileError
 from specdesk.library import gguf as gguf_pkg
 from specdesk.library.gguf import read_gguf, validate_gguf
+from specdesk.library.gguf.rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -140,6 +141,43 @@ def test_supported_architectures_are_known_to_libllama():
     unknown = sorted(a for a in gguf_pkg.SUPPORTED_ARCHITECTURES if b"\0" + a.encode() + b"\0" not in blob
                      and a.encode() + b"\0" not in blob)
     assert not unknown, f"not in this llama.cpp build: {unknown}"
+
+
+def _arch_classes(lib_path: Path) -> dict[str, tuple[bool, bool]] | None:
+    """llama.cpp's own answer per architecture name: (llm_arch_is_recurrent,
+    llm_arch_is_hybrid), read from libllama's C++ symbols (Itanium names, exported on
+    Linux and macOS); None where the build does not export them."""
+    lib = ctypes.CDLL(str(lib_path))
+    try:
+        name = lib._Z13llm_arch_name8llm_arch  # const char * llm_arch_name(llm_arch)
+        recurrent = lib._Z21llm_arch_is_recurrentRK8llm_arch  # bool (const llm_arch &)
+        hybrid = lib._Z18llm_arch_is_hybridRK8llm_arch
+    except AttributeError:
+        return None
+    name.argtypes, name.restype = [ctypes.c_int], ctypes.c_char_p
+    for f in (recurrent, hybrid):
+        f.argtypes, f.restype = [ctypes.POINTER(ctypes.c_int)], ctypes.c_bool
+    out = {}
+    for i in range(1000):  # the enum runs from 0 to LLM_ARCH_UNKNOWN, whose name is "(unknown)"
+        arch = ctypes.c_int(i)
+        text = (name(i) or b"").decode()
+        if text == "(unknown)":
+            break
+        out[text] = (bool(recurrent(ctypes.byref(arch))), bool(hybrid(ctypes.byref(arch))))
+    return out
+
+
+def test_architectures_that_cannot_roll_back_are_llama_cpps_own_lists():
+    """A recurrent or hybrid target or draft fails mid-answer (llama_memory_seq_rm cannot
+    drop the draft's rejected positions), so validate_gguf refuses them by name: the
+    names are exactly the ones llama.cpp classes so, in the build installed."""
+    lib = next(LIB.glob("libllama.so*"), None) or next(LIB.glob("libllama*.dylib"), None)
+    classes = _arch_classes(lib) if lib is not None else None
+    if classes is None:
+        pytest.skip("this libllama exports no llm_arch_is_recurrent / llm_arch_is_hybrid to ask")
+    assert len(classes) > 50 and classes["llama"] == (False, False) and classes["mamba"] == (True, False)
+    assert {a for a, (r, _) in classes.items() if r} == RECURRENT_ARCHITECTURES
+    assert {a for a, (_, h) in classes.items() if h} == HYBRID_ARCHITECTURES
 
 
 def test_ggml_type_sizes_match_libggml():

@@ -24,7 +24,8 @@ RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "
 #: their recurrent layers.
 HYBRID_ARCHITECTURES = frozenset({
     "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
-    "qwen3next", "kimi-linear", "qwen35", "qwen35moe", "deepseek4",
+    "qwen3next", "kimi-linear", "qwen35", "qwen35moe", "deepseek4", "bailingmoe3", "kimi-k3", "glm5-next",
+    "qwen4exp", "minimax-01",
 })
 #: Architectures SpecDesk cannot use as a target or draft: speculative decoding rolls
 #: back the rejected part of a draft, which their state does not allow.
