@@ -35,3 +35,26 @@ def test_dialog_without_the_rpc_backend_gives_the_reinstall_command(qtbot, monke
     assert not dlg.rpc.isEnabled()
     assert 'CMAKE_ARGS="-DGGML_RPC=ON"' in dlg.rpc_note.text()
     dlg.close()
+
+
+def test_the_notes_are_read_whole_on_a_1366x768_screen(qtbot, monkeypatch):
+    """A build without GPU offload nor RPC says so in two long notes: shown, each gets the
+    height its wrapped lines need (a form row gave one line's and cut them), and the dialog
+    still fits a 1366x768 screen."""
+    monkeypatch.setattr(engine_rpc, "supported", lambda: False)
+    dlg = SettingsDialog(ChatSettings(), has_gpu=False)
+    qtbot.addWidget(dlg)
+    dlg.n_ctx.setValue(8192)  # the reload note too
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    for note in (dlg.gpu_note, dlg.rpc_note):
+        assert note.isVisible() and note.text()
+        assert note.height() >= note.heightForWidth(note.width()), (note.objectName(), note.size())
+        assert note.heightForWidth(note.width()) > 2 * note.fontMetrics().height()  # wrapped: the check means something
+    assert dlg.width() <= 1366 and dlg.height() <= 768 - 60, dlg.size()  # a taskbar's room left
+    dlg.rpc.setEnabled(True)  # a build with RPC: an empty note takes no room, a complaint shows
+    dlg._update_note()
+    assert not dlg.rpc_note.isVisible()
+    dlg.rpc.setText("server-without-port")
+    assert dlg.rpc_note.isVisible() and "host:port" in dlg.rpc_note.text()
+    dlg.close()

@@ -234,9 +234,19 @@ class SettingsDialog(QDialog):
         self.setObjectName("settingsDialog")
         self._initial = settings
         lay = QVBoxLayout(self)
-        lay.addWidget(self._build_speculation(settings, mtp_refusal))
-        lay.addWidget(self._build_sampling(settings))
-        lay.addWidget(self._build_models(settings, has_gpu))
+        # Two columns: one column of every group is taller than a 1366x768 screen leaves
+        # a dialog once the models' notes wrap.
+        cols = QHBoxLayout()
+        left, right = QVBoxLayout(), QVBoxLayout()
+        left.addWidget(self._build_speculation(settings, mtp_refusal))
+        left.addWidget(self._build_sampling(settings))
+        left.addStretch(1)
+        right.addWidget(self._build_models(settings, has_gpu))
+        right.addStretch(1)
+        cols.addLayout(left, 1)
+        cols.addLayout(right, 1)
+        lay.addLayout(cols)
+        self.setMinimumWidth(860)  # room for a list of RPC servers; fits a 1024-wide screen
         self.reload_note = QLabel("")
         self.reload_note.setObjectName("reloadNote")
         self.reload_note.setWordWrap(True)
@@ -313,7 +323,11 @@ class SettingsDialog(QDialog):
         """Context, threads, GPU layers (said to do nothing on a build without GPU
         offload) and the RPC servers: changes reload the models."""
         models = QGroupBox("Models (changes reload them)")
-        f = QFormLayout(models)
+        # The notes go under the form, not in it: a QFormLayout row gives a word-wrapped
+        # label one line's height, and cut the GPU note at 1366x768.
+        box = QVBoxLayout(models)
+        f = QFormLayout()
+        box.addLayout(f)
         self.n_ctx = self._spin("n_ctx", settings.n_ctx)
         self.n_ctx.setSingleStep(1024)
         f.addRow("Context size", self.n_ctx)
@@ -336,7 +350,6 @@ class SettingsDialog(QDialog):
             self.gpu_note.setText("This llama.cpp was built without GPU support, so GPU layers have no effect. "
                                   f"To offload: {gpu_build_hint()}")
             self.gpu_note.setStyleSheet("color:#e67700;")
-            f.addRow(self.gpu_note)
         self.rpc = QLineEdit(settings.rpc)
         self.rpc.setObjectName("rpcServers")
         self.rpc.setPlaceholderText("host:port, … (specdesk rpc-server on each machine)")
@@ -347,12 +360,15 @@ class SettingsDialog(QDialog):
         self.rpc_note.setObjectName("rpcNote")
         self.rpc_note.setWordWrap(True)
         self.rpc_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        f.addRow(self.rpc_note)
+        for note in (self.gpu_note, self.rpc_note):
+            box.addWidget(note)
         if not rpc_supported():
             self.rpc.setEnabled(False)
             self.rpc_note.setText("This llama.cpp was built without the RPC backend. To use other machines: "
                                   f"{reinstall_command()}")
             self.rpc_note.setStyleSheet("color:#e67700;")
+        for note in (self.gpu_note, self.rpc_note):
+            note.setVisible(bool(note.text()))  # an empty note takes no room
         return models
 
     @staticmethod
@@ -380,6 +396,7 @@ class SettingsDialog(QDialog):
             why = rpc_error(self.rpc.text())
             self.rpc_note.setText(why or "")
             self.rpc_note.setStyleSheet("color:#c92a2a;" if why else "")
+            self.rpc_note.setVisible(bool(why))
             self._ok.setEnabled(why is None)
         if self.value().needs_reload(self._initial):
             self.reload_note.setText("⟳ Applying these settings reloads both models (in the background).")
