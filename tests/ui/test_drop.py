@@ -340,3 +340,41 @@ def test_a_file_that_does_not_answer_never_blocks_the_window(qtbot, window, tmp_
     finally:
         answer.set()
         w.drops.checks.check = real_check
+
+
+def test_a_file_dragged_again_while_its_check_hangs_gets_no_second_thread(qtbot, window, tmp_path):
+    """Dragged over and over from a dead mount: each drag waits for the one check still
+    running, so the threads stuck in it stay one per file, and when it answers, the drag
+    then under way has the answer."""
+    import threading
+
+    w = window
+    answer = threading.Event()
+    real_check = w.drops.checks.check
+    calls = []
+
+    def hung(path):
+        calls.append(path)
+        answer.wait(300)
+        return real_check(path)
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    w.drops.checks.check = hung
+    try:
+        pos = at(w, w.chat_view)
+        mime = files(notes)
+        for _ in range(4):  # out of the window and in again, four times
+            QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
+                                                                         Qt.KeyboardModifier.NoModifier))
+            assert move_to(w, pos, mime).isAccepted() and w.drops.checking
+            assert "Checking notes.txt" in w.drops.overlay.text()
+        assert len(calls) == 1 and w.drops.checks.running == 1
+        assert sum(t.name == "check notes.txt" for t in threading.enumerate()) == 1
+        answer.set()
+        # the drag under way has its answer
+        qtbot.waitUntil(lambda: "notes.txt is not a GGUF model" in w.drops.overlay.text(), timeout=CHECK_TIMEOUT)
+        assert w.drops.checks.running == 0 and not w.drops.checking and len(calls) == 1
+    finally:
+        answer.set()
+        w.drops.checks.check = real_check

@@ -119,7 +119,8 @@ class FileChecks(QObject):
     """``check_file`` of each dragged file on a thread of its own, answered once per drag
     (``reset`` at each DragEnter): the Qt thread never opens, reads or stats a dragged
     file itself, and waits for an answer ``CHECK_WAIT_S`` at most. A check that hangs (a
-    dead network mount) leaves only its daemon thread behind."""
+    dead network mount) leaves its daemon thread behind, one per file however many
+    times it is dragged again: a later drag waits for the check still running."""
 
     #: a check answered after the Qt thread stopped waiting for it
     answered = Signal()
@@ -129,22 +130,26 @@ class FileChecks(QObject):
         #: the check each dragged file gets (``check_file``)
         self.check = check
         self._lock = threading.Lock()
-        self._results: dict[str, object] = {}
-        self._events: dict[str, threading.Event] = {}
-        self._drag = 0
+        self._results: dict[str, object] = {}  # this drag's answers (PENDING: asked, not answered)
+        self._running: dict[str, threading.Event] = {}  # checks not answered yet, of any drag
 
     def reset(self) -> None:
-        """A new drag: check every file again (it may have changed since)."""
+        """A new drag: check every file again (it may have changed since); one whose check
+        is still running gets that check's answer."""
         with self._lock:
-            self._drag += 1
             self._results.clear()
-            self._events.clear()
 
     @property
     def checking(self) -> bool:
         """A check of this drag has not answered yet."""
         with self._lock:
             return any(r is PENDING for r in self._results.values())
+
+    @property
+    def running(self) -> int:
+        """Checks not answered yet, of this drag and earlier ones (a thread each)."""
+        with self._lock:
+            return len(self._running)
 
     def result(self, path: Path) -> object:
         """Why ``path`` cannot be dropped, None when it can, or ``PENDING``."""
@@ -157,24 +162,25 @@ class FileChecks(QObject):
                 done = None  # waited for once already in this drag
             else:
                 self._results[key] = PENDING
-                done = self._events[key] = threading.Event()
-                drag = self._drag
-                threading.Thread(target=self._run, args=(Path(path), key, drag, done), daemon=True,
-                                 name=f"check {Path(path).name}").start()
+                done = self._running.get(key)
+                if done is None:  # no check of it still running from an earlier drag
+                    done = self._running[key] = threading.Event()
+                    threading.Thread(target=self._run, args=(Path(path), key, done), daemon=True,
+                                     name=f"check {Path(path).name}").start()
         if done is not None and done.wait(CHECK_WAIT_S):
             with self._lock:
                 return self._results.get(key, PENDING)
         return PENDING
 
-    def _run(self, path: Path, key: str, drag: int, done: threading.Event) -> None:
+    def _run(self, path: Path, key: str, done: threading.Event) -> None:
         try:
             why = self.check(path)
         except Exception as e:  # noqa: BLE001 - a check must answer, whatever it met
             why = f"{path.name} cannot be read: {e}"
         with self._lock:
-            if drag != self._drag:
-                return  # another drag by now: its own check answers it
-            self._results[key] = why
+            del self._running[key]
+            if self._results.get(key) is PENDING:  # the drag now under way asked for it
+                self._results[key] = why
         done.set()
         try:
             self.answered.emit()  # queued to the Qt thread; ignored if it already had the answer
