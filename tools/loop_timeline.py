@@ -32,6 +32,9 @@ verifier reached, the drafted rows' own sampling included).
 ``--sampling`` times the samplers alone on rows of the default draft's vocabulary
 (Qwen2.5-Coder 0.5B, 152k tokens) taken from a real answer: target alone's draw
 and the rejection sampler's verdict, at T=0.7 and top-p 0.95 against the argmax.
+Then the same calls inside the loop, right after a decode and made again at once:
+on a CPU the decode streams the model through the caches, so every NumPy call after
+it starts cold, and the draw's few dozen calls pay for it each.
 """
 
 from __future__ import annotations
@@ -284,6 +287,43 @@ def sampling_bench(args) -> None:
     print(f"  the rejection sampler over {len(blocks)} drafts of {k} (one-hot q): {1e3 * 0 + v / rows_read:.3f} "
           f"a row it read ({rows_read / len(blocks):.1f} rows a draft), against {g / (len(blocks) * (k + 1)):.3f} "
           "a row for the argmax of every row at T=0")
+    in_the_loop(session, params, rng)
+
+
+def in_the_loop(session, params, rng, steps: int = 48) -> None:
+    """The same calls on the row llama.cpp has just written, inside the decode's logits
+    callback, as the loop makes them: each NumPy call right after a decode, which has
+    just streamed the model through the CPU's caches, against the same call made again
+    at once (the caches warm)."""
+
+    from specdesk.speculative.sampling import warp_support
+
+    ctx = session.target.ctx
+    prompt = list(session.chat_prompt([{"role": "user", "content": PROMPTS[0]}]))
+    ctx.reset()
+    ctx.prefill(prompt[:-1], logits=False)
+    times: dict[str, list[float]] = {}
+
+    def timed(name, fn):
+        t0 = time.thread_time()
+        out = fn()
+        times.setdefault(name, []).append(time.thread_time() - t0)
+        return out
+
+    def draw(rows):
+        row = rows[0]
+        timed("max, first", row.max)
+        timed("max, again", row.max)
+        timed("draw, first", lambda: warp_support(row, params))
+        return timed("draw, again", lambda: warp_support(row, params)).sample(rng)
+
+    token = prompt[-1]
+    for _ in range(steps):
+        token = ctx.eval([token], all_rows=False, fn=draw)
+    med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    print(f"  in the loop ({steps} T=0.7 steps of target alone, the row read where llama.cpp wrote it): the max over "
+          f"the row {med['max, first']:.3f} right after the decode, {med['max, again']:.3f} again; the draw "
+          f"{med['draw, first']:.3f} after the max, {med['draw, again']:.3f} again")
 
 
 def main() -> int:
