@@ -7,7 +7,9 @@ The window opens with the default settings on the virtual screen; a prompt is ty
 without clicking anywhere (the message box must have the focus) and sent with Enter;
 once the answer is done the script checks that the whole window, the statistics
 panel and the Send row are on screen, and saves a screenshot named after the screen
-size. Exit code 0 when every check passes.
+size. Then it opens the Settings dialog with its button and checks that it is on
+screen whole, each note it shows as tall as its wrapped text (settings-WxH.png).
+Exit code 0 when every check passes.
 
 With ``--compare`` it then runs a small comparison on the Compare tab (target alone,
 two draft lengths and n-gram, run until sure within +-3% or ``--compare-repeats``
@@ -100,10 +102,45 @@ def main() -> int:
     print(f"screen {screen.width()}x{screen.height()}, window {frame.width()}x{frame.height()} at {frame.x()},{frame.y()}; saved {name}")
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")
+    checks.update(settings_checks(app, w, screen, args.out))
     if args.compare:
         checks.update(compare_checks(app, w, screen, wait, args.out, args.compare_repeats))
     w.close()
     return 0 if all(checks.values()) else 1
+
+
+def settings_checks(app, w, screen, out: Path) -> dict[str, bool]:
+    """The Settings dialog as its button opens it (modal): on screen whole, each note it
+    shows as tall as its wrapped text; saved as settings-WxH.png."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtTest import QTest
+
+    from specdesk.ui.settings import SettingsDialog
+
+    seen: dict[str, bool] = {}
+
+    def look() -> None:
+        dlg = app.activeModalWidget()
+        if not isinstance(dlg, SettingsDialog):
+            QTimer.singleShot(50, look)
+            return
+        dlg.n_ctx.setValue(dlg.n_ctx.value() * 2)  # a change that reloads: its note shows too
+        for _ in range(3):
+            app.processEvents()
+            QTest.qWait(50)
+        notes = [n for n in (dlg.gpu_note, dlg.rpc_note, dlg.reload_note) if n.isVisible() and n.text()]
+        seen["settings dialog inside the screen"] = screen.contains(dlg.frameGeometry())
+        seen[f"settings notes whole ({len(notes)} shown)"] = all(n.height() >= n.heightForWidth(n.width()) for n in notes)
+        name = out / f"settings-{screen.width()}x{screen.height()}.png"
+        app.primaryScreen().grabWindow(0).save(str(name))
+        print(f"settings dialog {dlg.width()}x{dlg.height()}; saved {name}")
+        dlg.reject()  # nothing applied
+
+    QTimer.singleShot(100, look)
+    w.settings_btn.click()
+    for k, ok in seen.items():
+        print(f"  {'ok ' if ok else 'FAIL'} {k}")
+    return seen or {"settings dialog opened": False}
 
 
 def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[str, bool]:
