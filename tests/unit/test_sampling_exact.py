@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdesk.speculative.sampling import SamplingParams, warp_support
+from specdesk.speculative.sampling import SamplingParams, sample, warp_support
 
 
 def reference(x: np.ndarray, params: SamplingParams) -> dict[int, float]:
@@ -136,3 +136,50 @@ def test_a_band_that_barely_holds_the_nucleus():
     x[1:200] = -15.5
     for top_p in (0.9, 0.96, 0.97, 0.975):
         assert_same(x, SamplingParams(temperature=0.7, top_p=top_p))
+
+
+def walk_over_non_zeros(p: np.ndarray, rng: np.random.Generator) -> int:
+    """The draw by its definition: the cumulative sum over the non-zero tokens only,
+    the first above u times their total (one token: no draw at all)."""
+    nz = np.flatnonzero(p)
+    if nz.shape[0] == 1:
+        return int(nz[0])
+    cum = np.cumsum(p[nz])
+    u = rng.random() * cum[-1]
+    return int(nz[min(int(np.searchsorted(cum, u, side="right")), nz.shape[0] - 1)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 3000), zeros=st.sampled_from([0.0, 0.5, 0.99, 1.0]))
+def test_a_draw_over_a_whole_vocabulary_is_the_draw_over_its_non_zeros(seed, n, zeros):
+    """sample() walks the whole vector, zeros included, without gathering the non-zeros
+    (a 152k copy when nothing truncates the row): it draws what the walk over the
+    non-zeros draws, from the same random stream, and never a token of probability 0."""
+    rng = np.random.default_rng(seed)
+    p = rng.random(n) ** 4
+    p[rng.random(n) < zeros] = 0.0
+    if not p.any():
+        p[rng.integers(n)] = 1.0  # one token left: drawn without a random number
+    p /= p.sum()
+    got_rng, want_rng = np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)
+    for _ in range(20):
+        got = sample(p, got_rng)
+        assert got == walk_over_non_zeros(p, want_rng) and p[got] > 0
+    assert got_rng.random() == want_rng.random()  # the same numbers were used up
+
+
+def test_an_untruncated_row_draws_as_its_dense_probabilities_say():
+    """T>0 with neither top-k, top-p nor min-p: the support is the whole vocabulary, and
+    the draws follow its probabilities (the draw and the warp share no buffer: each warp
+    keeps its own)."""
+    rng = np.random.default_rng(3)
+    x = qwen_like(rng, n=20_000, peak=4.0)
+    params = SamplingParams(temperature=1.0)
+    w = warp_support(x, params)
+    other = warp_support(qwen_like(rng, n=20_000, peak=4.0), params)  # a second warp leaves the first as it was
+    assert w.ids.shape[0] == 20_000 and np.array_equal(w.probs, warp_support(x, params).probs)
+    assert not np.array_equal(w.probs, other.probs)
+    draws = np.bincount([w.sample(rng) for _ in range(4000)], minlength=20_000)
+    top = np.argsort(-w.probs)[:5]
+    expected = w.probs[top] * 4000
+    assert np.all(np.abs(draws[top] - expected) < 5 * np.sqrt(expected) + 3), (draws[top], expected)

@@ -15,7 +15,9 @@ dense copy of the vocabulary per row.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,14 +168,37 @@ def warp_support(logits: np.ndarray, params: SamplingParams) -> Warped:
         else:
             cand = cand[np.asarray(x[cand], dtype=np.float64) >= floor]
 
-    vals = np.asarray(x if cand is None else x[cand], dtype=np.float64)
-    scaled = (vals - m) / params.temperature
-    e = np.exp(scaled)
-    probs = e / e.sum()
+    # the same operations in the same order as (exp((vals - m) / T)) / sum, in place: on
+    # the whole vocabulary (no truncation) each temporary was a fresh 1.2 MB
+    probs = np.array(x if cand is None else x[cand], dtype=np.float64)
+    np.subtract(probs, m, out=probs)
+    np.divide(probs, params.temperature, out=probs)
+    np.exp(probs, out=probs)
+    np.divide(probs, probs.sum(), out=probs)
     if cand is None:
-        return Warped(np.arange(n), probs)
+        return Warped(_every_id(n), probs)
     order = np.argsort(cand)
     return Warped(cand[order], probs[order])
+
+
+_local = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """A float64 buffer of ``n`` for this thread, kept: a whole vocabulary's cumulative
+    sum made afresh each draw cost more in page faults than in adding."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.shape[0] < n:
+        buf = _local.buf = np.empty(n, dtype=np.float64)
+    return buf[:n]
+
+
+@functools.lru_cache(maxsize=4)
+def _every_id(n: int) -> np.ndarray:
+    """0 .. n-1, read-only: the support of an untruncated row, made once per vocabulary."""
+    ids = np.arange(n)
+    ids.flags.writeable = False
+    return ids
 
 
 def _at_least(x: np.ndarray, floor: float) -> np.ndarray:
@@ -357,11 +382,16 @@ class WarpedRows:
 def sample(probs: np.ndarray, rng: np.random.Generator, ids: np.ndarray | None = None) -> int:
     """Draw one token id from a probability vector (over ``ids``, ascending, when
     given: the same draw as from the dense vector they stand for)."""
-    nz = np.flatnonzero(probs)
-    if nz.shape[0] == 1:
-        i = int(nz[0])
+    if np.count_nonzero(probs) == 1:
+        i = int(np.flatnonzero(probs)[0])  # no draw: the random stream is left as it was
     else:
-        cum = np.cumsum(probs[nz])
+        # The cumulative sum over every token, zeros included, holds at each non-zero the
+        # sums over the non-zeros alone (adding 0.0 is exact), and the first entry above u
+        # is always at a non-zero: the token the sum over the non-zeros would give,
+        # without gathering them (a whole vocabulary's copy when nothing truncates it).
+        cum = np.cumsum(probs, out=_scratch(probs.shape[0]))
         u = rng.random() * cum[-1]
-        i = int(nz[min(int(np.searchsorted(cum, u, side="right")), nz.shape[0] - 1)])
+        i = int(np.searchsorted(cum, u, side="right"))
+        if i >= probs.shape[0]:  # u rounded up to the total: the last token that can be drawn
+            i = int(np.flatnonzero(probs)[-1])
     return i if ids is None else int(ids[i])
