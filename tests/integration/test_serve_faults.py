@@ -217,23 +217,18 @@ def test_allow_host_lets_that_name_in(strict_model, tmp_path):
         assert s.stop() == 0
 
 
-@pytest.mark.parametrize("value", ["http://llm.home", "llm.home:8080", "llm.home/v1", ""])
-def test_a_bad_allow_host_is_one_line(value, strict_model, tmp_path):
-    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", "--allow-host", value],
+@pytest.mark.parametrize("option, value, says", [
+    *(("--allow-host", v, "Host header") for v in ("http://llm.home", "llm.home:8080", "llm.home/v1", "")),
+    # each would never match what a browser sends (or, null, match any sandboxed page)
+    *(("--cors-origin", v, "scheme://host[:port]")
+      for v in ("localhost:3000", "http://localhost:3000/app", "null", "file:///srv/page.html", "")),
+])
+def test_a_bad_host_or_origin_is_one_line_before_loading(option, value, says, strict_model, tmp_path):
+    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", option, value],
                        capture_output=True, text=True, timeout=120, env=isolated_env(tmp_path))
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "--allow-host" in lines[0] and "Host header" in lines[0] and repr(value) in lines[0], lines[0]
-
-
-@pytest.mark.parametrize("value", ["localhost:3000", "http://localhost:3000/app", "null", "file:///srv/page.html", ""])
-def test_a_bad_cors_origin_is_one_line(value, strict_model, tmp_path):
-    # each would never match what a browser sends (or, null, match any sandboxed page): refused before loading
-    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", "--cors-origin", value],
-                       capture_output=True, text=True, timeout=120, env=isolated_env(tmp_path))
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "--cors-origin" in lines[0] and "scheme://host[:port]" in lines[0] and repr(value) in lines[0], lines[0]
+    assert option in lines[0] and says in lines[0] and repr(value) in lines[0], lines[0]
 
 
 def test_failed_requests_fail_alone(server, client):

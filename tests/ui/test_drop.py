@@ -306,51 +306,14 @@ def test_a_fifo_dragged_over_the_window_is_refused_without_being_opened(qtbot, w
     assert watch.opened == [], f"a dragged FIFO was opened: {watch.opened}"
 
 
-def test_a_file_that_does_not_answer_never_blocks_the_window(qtbot, window, tmp_path, smol_path):
-    """A file on a network mount that hangs: its check does not answer, the window goes on
-    (the banner says it is being checked, the drag is accepted), a drop then is accepted
-    and carried out when the check answers: refused here, with the reason."""
+@pytest.fixture
+def hung_checks(window):
+    """The window's file check made to hang, as a stat on a dead NFS server does until
+    it comes back: yields (the event that lets the checks answer, the paths checked)."""
     import threading
 
-    w = window
     answer = threading.Event()
-    real_check = w.drops.checks.check
-
-    def hung(path):  # a stat on a dead NFS server, until it comes back
-        answer.wait(300)
-        return real_check(path)
-
-    notes = tmp_path / "notes.txt"
-    notes.write_text("not a model")
-    w.drops.checks.check = hung
-    try:
-        pos = at(w, w.chat_view)
-        mime = files(notes)  # kept: an event holds its QMimeData by pointer
-        QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
-                                                                     Qt.KeyboardModifier.NoModifier))
-        move = move_to(w, pos, mime)
-        assert w.drops.checking and move.isAccepted()
-        assert w.drops.overlay.isVisible() and "Checking notes.txt" in w.drops.overlay.text()
-        ev = drop(w, pos, mime)
-        assert ev.isAccepted() and not w.drops.overlay.isVisible()
-        answer.set()
-        qtbot.waitUntil(lambda: "not opened: notes.txt is not a GGUF model" in w.status_label.text(),
-                        timeout=CHECK_TIMEOUT)
-        assert not w.loading and w.session is None
-    finally:
-        answer.set()
-        w.drops.checks.check = real_check
-
-
-def test_a_file_dragged_again_while_its_check_hangs_gets_no_second_thread(qtbot, window, tmp_path):
-    """Dragged over and over from a dead mount: each drag waits for the one check still
-    running, so the threads stuck in it stay one per file, and when it answers, the drag
-    then under way has the answer."""
-    import threading
-
-    w = window
-    answer = threading.Event()
-    real_check = w.drops.checks.check
+    real_check = window.drops.checks.check
     calls = []
 
     def hung(path):
@@ -358,23 +321,57 @@ def test_a_file_dragged_again_while_its_check_hangs_gets_no_second_thread(qtbot,
         answer.wait(300)
         return real_check(path)
 
-    notes = tmp_path / "notes.txt"
-    notes.write_text("not a model")
-    w.drops.checks.check = hung
+    window.drops.checks.check = hung
     try:
-        pos = at(w, w.chat_view)
-        mime = files(notes)
-        for _ in range(4):  # out of the window and in again, four times
-            QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
-                                                                         Qt.KeyboardModifier.NoModifier))
-            assert move_to(w, pos, mime).isAccepted() and w.drops.checking
-            assert "Checking notes.txt" in w.drops.overlay.text()
-        assert len(calls) == 1 and w.drops.checks.running == 1
-        assert sum(t.name == "check notes.txt" for t in threading.enumerate()) == 1
-        answer.set()
-        # the drag under way has its answer
-        qtbot.waitUntil(lambda: "notes.txt is not a GGUF model" in w.drops.overlay.text(), timeout=CHECK_TIMEOUT)
-        assert w.drops.checks.running == 0 and not w.drops.checking and len(calls) == 1
+        yield answer, calls
     finally:
         answer.set()
-        w.drops.checks.check = real_check
+        window.drops.checks.check = real_check
+
+
+def test_a_file_that_does_not_answer_never_blocks_the_window(qtbot, window, hung_checks, tmp_path):
+    """A file on a network mount that hangs: its check does not answer, the window goes on
+    (the banner says it is being checked, the drag is accepted), a drop then is accepted
+    and carried out when the check answers: refused here, with the reason."""
+    w = window
+    answer, _ = hung_checks
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    pos = at(w, w.chat_view)
+    mime = files(notes)  # kept: an event holds its QMimeData by pointer
+    QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
+                                                                 Qt.KeyboardModifier.NoModifier))
+    move = move_to(w, pos, mime)
+    assert w.drops.checking and move.isAccepted()
+    assert w.drops.overlay.isVisible() and "Checking notes.txt" in w.drops.overlay.text()
+    ev = drop(w, pos, mime)
+    assert ev.isAccepted() and not w.drops.overlay.isVisible()
+    answer.set()
+    qtbot.waitUntil(lambda: "not opened: notes.txt is not a GGUF model" in w.status_label.text(),
+                    timeout=CHECK_TIMEOUT)
+    assert not w.loading and w.session is None
+
+
+def test_a_file_dragged_again_while_its_check_hangs_gets_no_second_thread(qtbot, window, hung_checks, tmp_path):
+    """Dragged over and over from a dead mount: each drag waits for the one check still
+    running, so the threads stuck in it stay one per file, and when it answers, the drag
+    then under way has the answer."""
+    import threading
+
+    w = window
+    answer, calls = hung_checks
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    pos = at(w, w.chat_view)
+    mime = files(notes)
+    for _ in range(4):  # out of the window and in again, four times
+        QCoreApplication.sendEvent(w.windowHandle(), QDragEnterEvent(pos, ACTIONS, mime, Qt.MouseButton.LeftButton,
+                                                                     Qt.KeyboardModifier.NoModifier))
+        assert move_to(w, pos, mime).isAccepted() and w.drops.checking
+        assert "Checking notes.txt" in w.drops.overlay.text()
+    assert len(calls) == 1 and w.drops.checks.running == 1
+    assert sum(t.name == "check notes.txt" for t in threading.enumerate()) == 1
+    answer.set()
+    # the drag under way has its answer
+    qtbot.waitUntil(lambda: "notes.txt is not a GGUF model" in w.drops.overlay.text(), timeout=CHECK_TIMEOUT)
+    assert w.drops.checks.running == 0 and not w.drops.checking and len(calls) == 1
