@@ -13,26 +13,20 @@ import subprocess
 import sys
 
 import pytest
+from fake_devices import as_gpu_build
 
 from specdesk.cli import args as cli_args
 from specdesk.cli import main
-from specdesk.engine.devices import Device
 from specdesk.errors import SpecDeskError
-from specdesk.session import offload as off_mod
-from specdesk.session import runtime, supports_gpu_offload
+from specdesk.session import supports_gpu_offload
 
-GiB = 1 << 30
-CPU = Device("CPU", "Intel Xeon", "CPU", "CPU", 100 * GiB, 128 * GiB)
-H200 = Device("CUDA0", "NVIDIA H200", "GPU", "CUDA", 139 * GiB, 141 * GiB)
 ALL = "target: all 31 layers on CUDA0 (NVIDIA H200); draft: all 31 layers on CUDA0 (NVIDIA H200)"
 
 
 @pytest.fixture
 def gpu_build(monkeypatch):
     """This process as a CUDA build with one H200 (only what the session asks is faked)."""
-    monkeypatch.setattr(off_mod, "supports_gpu_offload", lambda: True)
-    monkeypatch.setattr(off_mod, "devices", lambda **kw: [CPU, H200])
-    monkeypatch.setattr(runtime, "supports_gpu_offload", lambda: True)  # no "GPU layers have no effect"
+    as_gpu_build(monkeypatch)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

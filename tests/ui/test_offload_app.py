@@ -8,24 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_devices import as_gpu_build
 
-from specdesk.engine.devices import Device
-from specdesk.session import offload as off_mod
-from specdesk.session import runtime
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import AUTO_LAYERS, LAYERS_FORMAT_KEY, ChatSettings, SettingsDialog
 
-GiB = 1 << 30
-CPU = Device("CPU", "Intel Xeon", "CPU", "CPU", 100 * GiB, 128 * GiB)
-H200 = Device("CUDA0", "NVIDIA H200", "GPU", "CUDA", 139 * GiB, 141 * GiB)
 WHERE = "all 31 layers on CUDA0 (NVIDIA H200)"
 
 
 @pytest.fixture
 def gpu_build(monkeypatch):
-    monkeypatch.setattr(off_mod, "supports_gpu_offload", lambda: True)
-    monkeypatch.setattr(off_mod, "devices", lambda **kw: [CPU, H200])
-    monkeypatch.setattr(runtime, "supports_gpu_offload", lambda: True)
+    as_gpu_build(monkeypatch)
 
 
 def test_the_app_with_its_defaults_loads_both_models_on_the_gpu_and_says_so(qtbot, tmp_path, gpu_build, smol_path,

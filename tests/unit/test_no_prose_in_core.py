@@ -9,20 +9,12 @@ kind is written, label included)."""
 import ast
 from pathlib import Path
 
+from source_scan import docstring_ids
+
 import specdesk.speculative
 
 CORE = Path(specdesk.speculative.__file__).parent
 MAX_WORDS = 5  # decision reasons and source names are labels of a few words
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = getattr(node, "body", [])
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                ids.add(id(body[0].value))
-    return ids
 
 
 def _in_raise(tree: ast.AST) -> set[int]:
@@ -43,7 +35,7 @@ def _labels(tree: ast.AST) -> set[int]:
 
 def sentences(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _docstrings(tree) | _in_raise(tree) | _labels(tree)
+    skip = docstring_ids(tree) | _in_raise(tree) | _labels(tree)
     out = []
     for node in ast.walk(tree):
         if id(node) in skip:

@@ -567,9 +567,9 @@ class _CountingFile:
         return getattr(self._f, name)
 
 
-def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_path, monkeypatch):
-    """A file host that keeps sending (8 MiB past the listed size): never more than the
-    listed size is written, and nothing takes the wheel's name."""
+@pytest.fixture
+def counted_writes(monkeypatch) -> list[int]:
+    """The bytes written to each file a download opens, one count per file."""
     from contextlib import contextmanager
 
     from specdesk.library.pypi_fetch import transfer
@@ -584,6 +584,13 @@ def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_pat
             yield _CountingFile(f, counts)
 
     monkeypatch.setattr(transfer, "atomic_file", counting)
+    return counts
+
+
+def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_path, counted_writes):
+    """A file host that keeps sending (8 MiB past the listed size): never more than the
+    listed size is written, and nothing takes the wheel's name."""
+    counts = counted_writes
     fn = index.add("swell", "1.0", {"swell/x": PAYLOAD[:200_000]})
     size = len(index.files[fn].data)
     index.oversend(fn, 8 << 20)
@@ -594,24 +601,14 @@ def test_a_wheel_larger_than_listed_is_stopped_at_the_listed_size(index, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_wheel_whose_size_is_not_listed_is_never_written_past_the_limit(clean_env, tmp_path, monkeypatch):
+def test_a_wheel_whose_size_is_not_listed_is_never_written_past_the_limit(clean_env, tmp_path, monkeypatch,
+                                                                          counted_writes):
     """A PEP 503 HTML page lists no size (and this one no hash): a file host whose body
     does not end was written to the disk without a limit. Now it stops at UNSIZED_LIMIT
     (4 GiB; 1 MiB here) with one line, and nothing takes the wheel's name."""
-    from contextlib import contextmanager
-
     from specdesk.library.pypi_fetch import transfer
 
-    counts: list[int] = []
-    real = transfer.atomic_file
-
-    @contextmanager
-    def counting(path, mode=None, suffix=".tmp"):
-        counts.append(0)
-        with real(path, mode, suffix) as f:
-            yield _CountingFile(f, counts)
-
-    monkeypatch.setattr(transfer, "atomic_file", counting)
+    counts = counted_writes
     monkeypatch.setattr(transfer, "UNSIZED_LIMIT", 1 << 20)
     with FakeIndex(json=False, hashes="none") as idx:
         monkeypatch.setenv("PIP_INDEX_URL", idx.url)

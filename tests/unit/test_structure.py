@@ -17,6 +17,8 @@ import ast
 import re
 from pathlib import Path
 
+from source_scan import docstring_ids
+
 import specdesk
 from specdesk.speculative.proposers import registry
 
@@ -42,16 +44,6 @@ def test_target_alone_is_a_flag_not_a_spelled_name():
 
 # -- proposer names ----------------------------------------------------------------------
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = getattr(node, "body", [])
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                ids.add(id(body[0].value))
-    return ids
-
-
 def names_outside_the_registry(root: Path = APP, kinds=registry.KINDS) -> list[str]:
     """String constants (docstrings aside) that are a kind's name that is no draft
     source (those are also the algorithm's words), or a configuration of a kind
@@ -64,7 +56,7 @@ def names_outside_the_registry(root: Path = APP, kinds=registry.KINDS) -> list[s
         if path.name == "registry.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _docstrings(tree)
+        skip = docstring_ids(tree)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
                     and (node.value in only or config.match(node.value))):
