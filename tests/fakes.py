@@ -172,7 +172,6 @@ class FakeBackend:
         self.last_shape_changed = False
         self.last_reshape_seconds = 0.0
         self._timer = ShapeTimer()
-        self.shape_changes = 0
 
     @property
     def n_vocab(self) -> int:
@@ -225,13 +224,16 @@ class FakeBackend:
     def reshape_cost(self) -> float:
         return self._timer.cost if self.report_setup else float("nan")
 
+    @property
+    def shape_changes(self) -> int:
+        return self._timer.changes  # none recorded where the set-up is silent
+
     def _shape_timed(self, shape, seconds: float) -> None:
         """As the engine learns what its changes of batch shape cost (a scripted
         backend whose set-up is silent, ``report_setup`` off, hides them too)."""
         if not self.report_setup:
             return
         self.last_shape_changed, self.last_reshape_seconds = self._timer.record(shape, seconds)
-        self.shape_changes = self._timer.changes
 
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel=None, fn=None):
         if cancel is not None and cancel():
