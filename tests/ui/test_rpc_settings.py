@@ -55,6 +55,7 @@ def test_the_notes_are_read_whole_on_a_1366x768_screen(qtbot, monkeypatch):
     dlg.rpc.setEnabled(True)  # a build with RPC: an empty note takes no room, a complaint shows
     dlg._update_note()
     assert not dlg.rpc_note.isVisible()
-    dlg.rpc.setText("server-without-port")
+    dlg.rpc.setText("server-without-port, " * 6)
     assert dlg.rpc_note.isVisible() and "host:port" in dlg.rpc_note.text()
+    qtbot.waitUntil(lambda: dlg.rpc_note.height() >= dlg.rpc_note.heightForWidth(dlg.rpc_note.width()), timeout=5000)
     dlg.close()

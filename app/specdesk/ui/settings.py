@@ -391,12 +391,25 @@ class SettingsDialog(QDialog):
         w.setValue(v)
         return w
 
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """Tall enough for the notes' wrapped lines: a window's size comes from its
+        layout's minimum, which counts a word-wrapped label as one line."""
+        super().showEvent(event)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        need = self.layout().heightForWidth(self.width())
+        if need > self.height():
+            self.resize(self.width(), need)
+
     def _update_note(self) -> None:
         if self.rpc.isEnabled():
             why = rpc_error(self.rpc.text())
             self.rpc_note.setText(why or "")
             self.rpc_note.setStyleSheet("color:#c92a2a;" if why else "")
             self.rpc_note.setVisible(bool(why))
+            if why and self.isVisible():
+                self._fit_height()  # a complaint that wraps gets its lines
             self._ok.setEnabled(why is None)
         if self.value().needs_reload(self._initial):
             self.reload_note.setText("⟳ Applying these settings reloads both models (in the background).")
