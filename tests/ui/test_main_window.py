@@ -154,7 +154,7 @@ def test_close_mid_generation_leaves_no_thread(qtbot, tmp_path, smol_path, smol_
 def test_closing_mid_answer_keeps_what_it_wrote(qtbot, tmp_path, smol_path, smol_draft_path):
     """Closing the window stops the answer; what it had written is stored, as a
     stopped answer, with its provenance, and the chat opens with it next time."""
-    from specdesk.ui.chatstore import ChatStore
+    from specdesk.session.chatstore import ChatStore
 
     data = tmp_path / "data"
     w = MainWindow(data, autoload=False)
@@ -245,7 +245,7 @@ def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, 
     """The user message is committed as soon as its answer starts (it fits the
     context), before the answer ends; a killed app (here: the database reopened while
     generating) has it."""
-    from specdesk.ui.chatstore import ChatStore
+    from specdesk.session.chatstore import ChatStore
 
     data = tmp_path / "data"
     w = MainWindow(data, autoload=False)

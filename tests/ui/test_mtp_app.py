@@ -69,16 +69,17 @@ def test_the_heads_draft_in_the_chat_with_their_own_colour(qtbot, window, models
 def test_a_target_without_heads_greys_the_choice_out_with_the_reason(qtbot, window, models):
     w = window
     load(qtbot, w, models[1])
-    why = w.session.mtp.refusal()
+    refusals = w.session.cannot_run()
+    why = refusals.get("mtp")
     assert why and "no MTP heads" in why
-    dlg = SettingsDialog(w.settings, has_gpu=False, parent=w, mtp_refusal=why)
+    dlg = SettingsDialog(w.settings, has_gpu=False, parent=w, refusals=refusals)
     qtbot.addWidget(dlg)
     i = dlg.proposer.findData("mtp")
     assert not dlg.proposer.model().item(i).isEnabled()
     assert dlg.proposer.itemData(i, 3) == why  # Qt.ToolTipRole
-    assert why in dlg.mtp_note.text()
+    assert any(why in n.text() for n in dlg.refusal_notes)
     dlg.close()
-    ok = SettingsDialog(w.settings, has_gpu=False, parent=w, mtp_refusal=None)
+    ok = SettingsDialog(w.settings, has_gpu=False, parent=w, refusals={})
     qtbot.addWidget(ok)
     assert ok.proposer.model().item(ok.proposer.findData("mtp")).isEnabled()
     ok.close()

@@ -276,7 +276,7 @@ def test_the_api_key_is_kept_in_the_keyring_and_serves_again_after_a_restart(qtb
     from PySide6.QtCore import QSettings
 
     from specdesk.ui.serve_panel import ServeTab
-    from specdesk.ui.serve_key import SERVICE, USER
+    from specdesk.server.keys import SERVICE, USER
 
     first = ServeTab()
     qtbot.addWidget(first)
@@ -307,7 +307,7 @@ def test_without_a_keyring_nothing_is_kept_and_this_machine_alone_needs_no_key(q
     a key stays as it was."""
     from PySide6.QtCore import QSettings
 
-    from specdesk.ui.serve_key import store_key, stored_key
+    from specdesk.server.keys import store_key, stored_key
     from specdesk.ui.serve_panel import ServeTab
 
     assert not store_key("k") and stored_key() is None

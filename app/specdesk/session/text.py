@@ -20,7 +20,6 @@ from typing import Protocol
 from ..chat.sandbox import HINT as TEMPLATE_HINT
 from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
-from ..rules import mtp as mtp_rules
 from ..speculative.stats import Stats
 
 
@@ -30,16 +29,20 @@ def for_the_app(message: str) -> str:
     return message.replace(TEMPLATE_HINT, "load another model, or run it from the command line with --raw")
 
 
-def without_draft_text(asked: str, runs: str) -> str:
-    """Why an answer runs ``runs`` when its chat asks for ``asked``, which needs a draft
-    model that is not loaded."""
-    return f"no draft model loaded: {runs} instead of {asked}"
+def instead_text(asked: str, runs: str, need: str) -> str:
+    """Why an answer runs ``runs`` when its chat asks for ``asked``, which drafts with a
+    ``need`` (a draft model, MTP heads) this session has not got, or cannot draft with."""
+    return f"no {need} that can draft here: {runs} instead of {asked}"
 
 
-def without_heads_text(asked: str, runs: str) -> str:
-    """Why an answer runs ``runs`` when its chat asks for ``asked``, which drafts with MTP
-    heads the loaded target cannot draft with."""
-    return f"the target has no MTP heads that can draft: {runs} instead of {asked}"
+def missing_source_text(need: str) -> str:
+    """Why a session cannot draft with a ``need`` it has not loaded."""
+    return f"no {need} is loaded"
+
+
+def source_missing_text(proposer: str, need: str, without: Sequence[str]) -> str:
+    """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded."""
+    return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
 
 
 def share_text(x: float) -> str:
@@ -479,32 +482,3 @@ def replay_clock_text(t: float, end: float, speed: float) -> str:
     """The replay's clock: "1.24 s of 3.50 s" (and the speed when not real time)."""
     text = f"{t:.2f} s of {end:.2f} s"
     return text if speed == 1.0 else f"{text} at {speed:g}×"
-
-
-# -- MTP heads (specdesk.rules.mtp) -----------------------------------------------------------------
-
-_MTP_PROBLEMS = {
-    mtp_rules.NO_HEADS: "it carries no MTP heads ({arch}.nextn_predict_layers is 0 or absent)",
-    mtp_rules.UNSUPPORTED: "this llama.cpp has no MTP graph for the {arch} architecture",
-    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, which cannot drop rejected draft "
-                          "tokens, and SpecDesk does not checkpoint their state (llama.cpp #20039)"),
-    mtp_rules.TOO_MANY: "llama.cpp's {arch} MTP graph takes one head, and it declares {heads}",
-    mtp_rules.NO_TRUNK: "every one of its blocks is an MTP head: it has no trunk to draft for",
-}
-
-
-def mtp_heads_text(heads: int | None, problem: str | None, arch: str = "") -> str:
-    """What a model's MTP heads allow, as the library and doctor show it: "1 MTP head",
-    "2 MTP heads (chained)", or why they cannot draft; "none" without any."""
-    if not heads:
-        return "none"
-    n = f"{heads} MTP head{'s' if heads != 1 else ''}"
-    if problem:
-        return f"{n}, unusable: " + _MTP_PROBLEMS.get(problem, problem).format(arch=arch or "its", heads=heads)
-    return n + (" (chained, one per draft token)" if heads > 1 else "")
-
-
-def mtp_refusal(model: str, problem: str | None, arch: str = "", heads: int = 0) -> str:
-    """Why ``--proposer mtp`` (or the app's MTP choice) cannot run on ``model``."""
-    why = _MTP_PROBLEMS.get(problem or mtp_rules.NO_HEADS, problem or "").format(arch=arch or "its", heads=heads)
-    return f"the mtp proposer drafts with the target's own MTP heads, but {model} cannot: {why}"

@@ -383,6 +383,11 @@ class CompareTab(QWidget):
     def running(self) -> bool:
         return self._task is not None and not self._handled
 
+    @property
+    def task(self):
+        """The comparison's task while one runs or last ran (None before the first)."""
+        return self._task
+
     def set_enabled_for(self, session_loaded: bool, busy_elsewhere: bool) -> None:
         self.run_btn.setEnabled(session_loaded and not busy_elsewhere and not self.running)
 
@@ -397,10 +402,7 @@ class CompareTab(QWidget):
         except SpecDeskError as e:
             self.error.emit(str(e))
             return
-        if session.draft is None:
-            configs = [c for c in configs if not c.needs_draft]
-        if session.mtp.refusal():  # the target's own MTP heads cannot draft
-            configs = [c for c in configs if not registry.kind(c.proposer).needs_mtp]
+        configs = session.runnable_configs(configs)
         if len(configs) < 2:
             self.error.emit("Choose at least one configuration besides target alone (draft configurations need a draft model).")
             return
