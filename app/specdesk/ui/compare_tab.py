@@ -75,8 +75,6 @@ from .tasks import Task
 log = logging.getLogger(__name__)
 
 #: The configurations offered as check boxes, and those ticked at first: the registry's presets.
-PRESET_CONFIGS = list(registry.PRESETS)
-DEFAULT_ON = registry.CHECKED
 CUSTOM_PROMPT = "(your prompt below)"
 
 # A speedup's colour follows its verdict: green only when the whole interval is above 1.
@@ -220,15 +218,16 @@ class CompareTab(QWidget):
         cbox = QGroupBox("Configurations (target alone always runs)")
         cg = QGridLayout(cbox)
         self.config_boxes: dict[str, QCheckBox] = {}
-        for i, name in enumerate(PRESET_CONFIGS):
+        presets = registry.PRESETS  # as the registry's rows offer them now (a kind registered late too)
+        for i, name in enumerate(presets):
             b = QCheckBox(name)
-            b.setChecked(name in DEFAULT_ON)
+            b.setChecked(name in registry.CHECKED)
             self.config_boxes[name] = b
             cg.addWidget(b, i // 2, i % 2)
         self.extra_configs = QLineEdit()
         self.extra_configs.setObjectName("extraConfigs")
         self.extra_configs.setPlaceholderText("more, e.g. draft:k=6,ngram:k=8")
-        cg.addWidget(self.extra_configs, (len(PRESET_CONFIGS) + 1) // 2, 0, 1, 2)
+        cg.addWidget(self.extra_configs, (len(presets) + 1) // 2, 0, 1, 2)
         return cbox
 
     def _build_run(self) -> QGroupBox:
