@@ -456,7 +456,7 @@ class Session:
             return None
         src = self.sources.get(kind.needs)
         if src is None:
-            return source_missing_text(config.proposer, kind.needs.name, registry.WITHOUT_DRAFT)
+            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file, registry.WITHOUT_DRAFT)
         return src.refusal()
 
     def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:
