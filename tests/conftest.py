@@ -66,8 +66,10 @@ def pytest_unconfigure(config):
         shutil.rmtree(_run_root.pop(), ignore_errors=True)
 
 
-# tests/fakes.py and tests/hubserver.py are shared by the unit, integration and UI tests.
+# tests/fakes.py and tests/hubserver.py are shared by the unit, integration and UI tests;
+# the synthetic GGUF writers (tools/synth/) by the tests and the tools.
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tools"))
 
 from specdesk.library.defaults import default_models  # noqa: E402
 

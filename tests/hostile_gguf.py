@@ -22,7 +22,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +30,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFValueType as VT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "gguf"))
-from tiny_gguf import TinySpec, encode_gguf, rebuild_gguf, write_tiny_llama  # noqa: E402
+from synth.tiny_llama import TinySpec, encode_gguf, rebuild_gguf, write_tiny_llama  # noqa: E402
 
 from specdesk.library.gguf import StringArray, read_gguf  # noqa: E402
 

@@ -3,7 +3,7 @@
 
     .venv/bin/python tools/gguf_fuzz_report.py [--cases 2000] [--seed 1] [--real] [--caps-only] [--runs 5]
 
-Runs ``--cases`` seeded mutations (tests/data/gguf/tiny_gguf.py's ``random_ops``: flipped
+Runs ``--cases`` seeded mutations (tools/synth/mutations.py's ``random_ops``: flipped
 bytes, overwritten length/type/dimension/offset fields, inserted and deleted bytes,
 truncation) of tiny complete llama models (SentencePiece and BPE), and with ``--real``
 of the SmolLM2 and Qwen2.5 0.5B headers in models/ too (their tensor data a sparse
@@ -35,22 +35,14 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from io_count import CountingOpen  # tools/io_count.py and tools/synth/: this script's folder is on sys.path
+from synth.mutations import apply_mutations, header_fields, random_ops
+from synth.tiny_llama import TinySpec, look_alike_tokens, write_big_vocab_llama, write_tiny_llama
+
+from specdesk.errors import ModelFileError
+from specdesk.library.gguf import clear_memo, read_gguf, reader, validate_gguf
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "data" / "gguf"))
-
-from io_count import CountingOpen  # noqa: E402
-from tiny_gguf import (  # noqa: E402
-    TinySpec,
-    apply_mutations,
-    header_fields,
-    look_alike_tokens,
-    random_ops,
-    write_big_vocab_llama,
-    write_tiny_llama,
-)
-
-from specdesk.errors import ModelFileError  # noqa: E402
-from specdesk.library.gguf import clear_memo, read_gguf, reader, validate_gguf  # noqa: E402
 
 REAL = ["SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"]
 
@@ -125,7 +117,7 @@ def print_structure_heavy() -> None:
     cap worst cases below show the most that is read."""
     from gguf import GGMLQuantizationType as Q
     from gguf import GGUFValueType as VT
-    from tiny_gguf import encode_gguf
+    from synth.tiny_llama import encode_gguf
 
     arch = ("general.architecture", VT.STRING, "llama")
     n = 100_000
@@ -156,7 +148,7 @@ def cap_worst_cases(tmp: Path) -> dict[str, Path]:
     The tensor data is a sparse hole."""
     from gguf import GGMLQuantizationType as Q
     from gguf import GGUFValueType as VT
-    from tiny_gguf import rebuild_gguf
+    from synth.tiny_llama import rebuild_gguf
 
     from specdesk.library.gguf.spec import MAX_KV, MAX_TENSORS
 
@@ -184,7 +176,7 @@ def string_cap_worst_cases(tmp: Path) -> dict[str, tuple[Path, str | None]]:
     the message validate_gguf ends with (None: the model is valid). Strings of two
     bytes: each decoded one is a new object (one-byte ones are shared)."""
     from gguf import GGUFValueType as VT
-    from tiny_gguf import encode_gguf, rebuild_gguf
+    from synth.tiny_llama import encode_gguf, rebuild_gguf
 
     from specdesk.library.gguf.spec import MAX_STRINGS
 

@@ -4,7 +4,7 @@ benchmarks of the mtp proposer where no real MTP model can be downloaded.
 The trunk is a bigram table (every attention and feed-forward output zero: the next
 token depends on the last one alone) and the head either agrees with it (acceptance
 near 1) or is random (near 0); every matrix is still multiplied, so a step costs what
-the shape costs. tests/mtp_gguf.py writes it (the tests make tiny ones of the same kind).
+the shape costs. tools/synth/mtp.py writes it (the tests make tiny ones of the same kind).
 
 usage:
   python tools/make_mtp_model.py OUT.gguf [--heads agree|random|none] [--width 1024] [--layers 8]
@@ -29,10 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from mtp_gguf import MtpSpec, write_mtp_model  # noqa: E402
+from synth.mtp import MtpSpec, write_mtp_model  # tools/synth/: this script's folder is on sys.path
 
 
 def main(argv: list[str] | None = None) -> int:

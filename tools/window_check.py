@@ -23,11 +23,10 @@ replays the answers and, halfway through the slowest, saves compare-replay-WxH.p
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
+from screenshots import Stage  # tools/screenshots.py: the app opened as for its screenshots
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,48 +41,24 @@ def main() -> int:
     ap.add_argument("--compare", action="store_true", help="also run a small comparison and check the Compare tab")
     ap.add_argument("--compare-repeats", type=int, default=3, help="the comparison's budget of repeats (until sure)")
     args = ap.parse_args()
-    os.environ.setdefault("SPECDESK_DATA_DIR", scratch_dir("specdesk-window-"))
-    os.environ.setdefault("SPECDESK_CONFIG_DIR", scratch_dir("specdesk-window-config-"))  # never the user's settings
-    os.environ.setdefault("SPECDESK_CACHE_DIR", scratch_dir("specdesk-window-cache-"))  # nor what auto learnt
+    stage = Stage(args.out)
 
-    from PySide6.QtCore import QEventLoop, QPoint, Qt, QTimer
+    from PySide6.QtCore import QPoint, Qt
     from PySide6.QtTest import QTest
 
-    from specdesk.ui.app import create_app, data_dir
-    from specdesk.ui.main_window import MainWindow
     from specdesk.ui.settings import ChatSettings
 
-    app = create_app()
-    screen = app.primaryScreen().availableGeometry()
-    w = MainWindow(data_dir(), autoload=False)
-    w.apply_settings(ChatSettings(max_tokens=args.max_tokens))
-    w.show()
-    w.activateWindow()
-    app.processEvents()
-
-    def wait(signal, ms: int) -> tuple:
-        loop = QEventLoop()
-        got: list = []
-        signal.connect(lambda *a: (got.append(a), loop.quit()))
-        QTimer.singleShot(ms, loop.quit)
-        loop.exec()
-        return got[0] if got else ()
-
-    w.load_models(args.target, args.draft, confirm_memory=False)
-    if not wait(w.models_changed, 120_000):
-        print("the models did not load", file=sys.stderr)
-        return 1
+    app, screen = stage.app, stage.screen
+    w = stage.window(ChatSettings(max_tokens=args.max_tokens))
+    stage.load(w, args.target, args.draft)
     app.processEvents()
     focus = w.focusWidget()  # the window's focus (Xvfb has no window manager to activate it)
     if focus is None:
         print("nothing has the keyboard focus", file=sys.stderr)
         return 1
     QTest.keyClicks(focus, args.prompt)  # typed into whatever has the focus: no click
-    QTest.keyClick(focus, Qt.Key.Key_Return)
-    res = wait(w.generation_finished, 300_000)
-    for _ in range(5):  # layouts and repaints settle, as a person would see the window
-        app.processEvents()
-        QTest.qWait(50)
+    res = stage.wait(w.generation_finished, lambda: QTest.keyClick(focus, Qt.Key.Key_Return), what="the answer")
+    stage.settle(250)
 
     frame = w.frameGeometry()
     checks = {
@@ -96,27 +71,25 @@ def main() -> int:
         "Settings button visible": screen.contains(w.settings_btn.mapToGlobal(QPoint(w.settings_btn.width() - 1, 0))),
         "focus back in the message box": w.focusWidget() is w.input,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = args.out / f"window-{screen.width()}x{screen.height()}.png"
-    app.primaryScreen().grabWindow(0).save(str(name))
+    name = stage.save(stage.grab(), f"window-{screen.width()}x{screen.height()}")
     print(f"screen {screen.width()}x{screen.height()}, window {frame.width()}x{frame.height()} at {frame.x()},{frame.y()}; saved {name}")
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")
-    checks.update(settings_checks(app, w, screen, args.out))
+    checks.update(settings_checks(stage, w))
     if args.compare:
-        checks.update(compare_checks(app, w, screen, wait, args.out, args.compare_repeats))
+        checks.update(compare_checks(stage, w, args.compare_repeats))
     w.close()
     return 0 if all(checks.values()) else 1
 
 
-def settings_checks(app, w, screen, out: Path) -> dict[str, bool]:
+def settings_checks(stage: Stage, w) -> dict[str, bool]:
     """The Settings dialog as its button opens it (modal): on screen whole, each note it
     shows as tall as its wrapped text; saved as settings-WxH.png."""
     from PySide6.QtCore import QTimer
-    from PySide6.QtTest import QTest
 
     from specdesk.ui.settings import SettingsDialog
 
+    app, screen = stage.app, stage.screen
     seen: dict[str, bool] = {}
 
     def look() -> None:
@@ -125,15 +98,12 @@ def settings_checks(app, w, screen, out: Path) -> dict[str, bool]:
             QTimer.singleShot(50, look)
             return
         dlg.n_ctx.setValue(dlg.n_ctx.value() * 2)  # a change that reloads: its note shows too
-        for _ in range(3):
-            app.processEvents()
-            QTest.qWait(50)
+        stage.settle(150)
         notes = [n for n in (dlg.gpu_note, dlg.rpc_note, dlg.reload_note) if n.isVisible() and n.text()]
         seen["settings dialog inside the screen"] = screen.contains(dlg.frameGeometry())
         seen[f"settings notes whole ({len(notes)} shown)"] = all(n.height() >= n.heightForWidth(n.width()) for n in notes)
-        name = out / f"settings-{screen.width()}x{screen.height()}.png"
-        app.primaryScreen().grabWindow(0).save(str(name))
-        print(f"settings dialog {dlg.width()}x{dlg.height()}; saved {name}")
+        stage.save(stage.grab(), f"settings-{screen.width()}x{screen.height()}")
+        print(f"settings dialog {dlg.width()}x{dlg.height()}")
         dlg.reject()  # nothing applied
 
     QTimer.singleShot(100, look)
@@ -143,13 +113,15 @@ def settings_checks(app, w, screen, out: Path) -> dict[str, bool]:
     return seen or {"settings dialog opened": False}
 
 
-def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[str, bool]:
+def compare_checks(stage: Stage, w, repeats: int = 3) -> dict[str, bool]:
     from PySide6.QtCore import QPoint, QRect
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
+    from screenshots import EDIT_PROMPT
     from specdesk.ui.fonts import draws_monospace
 
+    app, screen = stage.app, stage.screen
     tab = w.compare
     w.tabs.setCurrentWidget(tab)
     for name, box in tab.config_boxes.items():
@@ -159,15 +131,9 @@ def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[st
     tab.max_repeats.setValue(max(2, repeats))
     tab.max_tokens.setValue(64)
     tab.use_advisor.setChecked(False)
-    tab.prompt.setPlainText(
-        "Rename the variable `tmp` to `total` and reply with the complete code only:\n\n"
-        "def add_all(xs):\n    tmp = 0\n    for x in xs:\n        tmp += x\n    return tmp\n"
-    )
-    tab.start()
-    res = wait(tab.finished, 600_000)
-    for _ in range(5):  # let the table and the chart repaint before the screenshot
-        app.processEvents()
-        QTest.qWait(50)
+    tab.prompt.setPlainText(EDIT_PROMPT)
+    res = stage.wait(tab.finished, tab.start, ms=1_800_000, what="the comparison")
+    stage.settle(250)  # the table and the chart repaint before the screenshot
 
     def on_screen(widget) -> bool:
         if not widget.isVisible():
@@ -198,9 +164,7 @@ def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[st
         "(" in tab.table.item(r, 2).text() and (tab.table.item(r, 3).text() in ("faster", "slower")
                                                 or tab.table.item(r, 3).text().startswith("within noise"))
         for r in range(1, tab.table.rowCount()))
-    name = out / f"compare-{screen.width()}x{screen.height()}.png"
-    app.primaryScreen().grabWindow(0).save(str(name))
-    print(f"compare tab: saved {name}")
+    stage.save(stage.grab(), f"compare-{screen.width()}x{screen.height()}")
     race = tab.race
     race.replay()
     QTest.qWait(int(1000 * race.end / 2))
@@ -208,9 +172,7 @@ def compare_checks(app, w, screen, wait, out: Path, repeats: int = 3) -> dict[st
     partial = [0 < len(lane.text()) < len(lane.run["text"]) for lane in race.lanes]
     checks["replay: the clock runs and the answers type out at their own speeds"] = (
         race.replaying and bool(race.clock_label.text()) and any(partial))
-    name = out / f"compare-replay-{screen.width()}x{screen.height()}.png"
-    app.primaryScreen().grabWindow(0).save(str(name))
-    print(f"compare tab, replaying: saved {name}")
+    stage.save(stage.grab(), f"compare-replay-{screen.width()}x{screen.height()}")
     race.stop()
     for k, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {k}")

@@ -360,9 +360,8 @@ def test_more_threads_than_cpus_gets_a_note(smol_path):
 def test_models_inspect_shows_hostile_metadata_as_escapes(smol_path, tmp_path):
     """A GGUF's name with an escape sequence, a newline and a NUL went to the terminal as
     they were (clearing the screen, splitting the output's lines)."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "gguf"))
     from gguf import GGUFValueType as VT
-    from tiny_gguf import rebuild_gguf
+    from synth.tiny_llama import rebuild_gguf
 
     evil = "evil\x1b[2J\x1b[31mRED\nnewline\x00nul"
     f = rebuild_gguf(smol_path, tmp_path / "evil.gguf", set_kv={"general.name": (VT.STRING, evil)})

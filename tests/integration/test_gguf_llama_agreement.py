@@ -33,14 +33,8 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from llama_load_worker import CRASHED, LOADED, load_many  # noqa: E402
-from tiny_gguf import (  # noqa: E402
-    TinySpec,
-    apply_mutations,
-    header_fields,
-    random_ops,
-    rebuild_gguf,
-    write_tiny_llama,
-)
+from synth.mutations import apply_mutations, header_fields, random_ops  # noqa: E402
+from synth.tiny_llama import TinySpec, rebuild_gguf, write_tiny_llama  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 REAL = ["SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",

@@ -4,7 +4,7 @@ Everything goes over real HTTP on 127.0.0.1 through the real huggingface_hub cli
 nothing of huggingface_hub is mocked. The served files are the real SmolLM2 test model
 (98 MB), SmolLM2 split into three parts as gguf-split writes them, small GGUF files
 written with gguf-py's GGUFWriter here, and a tiny complete llama model
-(tests/data/gguf/tiny_gguf.py), whole and split, that llama.cpp loads.
+(tools/synth/tiny_llama.py), whole and split, that llama.cpp loads.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from specdesk.session import GenerationConfig, ModelSpec, Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from split_gguf import split_gguf  # noqa: E402
-from tiny_gguf import write_tiny_llama  # noqa: E402
+from synth.tiny_llama import write_tiny_llama  # noqa: E402
 
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUANTS = ["Q4_K_M", "Q8_0", "F16", "IQ4_XS", "BF16"]

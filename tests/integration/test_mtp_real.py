@@ -1,4 +1,4 @@
-"""Drafting with a model's own MTP heads, on real GGUFs written here (tests/mtp_gguf.py):
+"""Drafting with a model's own MTP heads, on real GGUFs written here (tools/synth/mtp.py):
 tiny GLM-4.5-shaped models whose heads agree with the trunk, or are random, or are
 missing or malformed; the CLI run on them as a user would."""
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtp_gguf import MtpSpec, agreeing, no_heads, random_heads, write_mtp_model, write_step35_model
+from synth.mtp import MtpSpec, agreeing, no_heads, random_heads, write_mtp_model, write_step35_model
 from clirun import assert_one_line_error, cli
 
 PROMPT = "the of and to in is that it for was"

@@ -3,7 +3,7 @@ llama.cpp computes it in the verify batch.
 
 The method of test_sampler_real.py, with the real mtp proposer in the loop (no replay:
 the model is tiny, a sample costs a few milliseconds). The target is a GLM-4.5-shaped
-GGUF written here (tests/mtp_gguf.py) whose heads compute the trunk's logits times
+GGUF written here (tools/synth/mtp.py) whose heads compute the trunk's logits times
 1/0.6, so they propose from the target's distribution at T=0.6 while it samples at
 T=1: a q far enough from p (total variation 0.55 here) that the controls have power.
 The first token after the prompt is sampled many times through the real decoder and
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from test_sampler_real import ALPHA, CONTROL_ALPHA, TARGET, _target_row0, chi_square, resample_from_p
 
-from mtp_gguf import MtpSpec, write_mtp_model
+from synth.mtp import MtpSpec, write_mtp_model
 from specdesk.session import GenerationConfig, ModelSpec, Session
 from specdesk.speculative import decoder as decoder_module
 from specdesk.speculative.controller import FixedK

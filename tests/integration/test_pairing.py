@@ -121,7 +121,7 @@ def test_a_smaller_model_with_another_vocabulary_is_listed_as_a_translated_draft
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from llama_load_worker import CRASHED, load_many  # noqa: E402
-from tiny_gguf import TinySpec, rebuild_gguf, write_tiny_llama  # noqa: E402
+from synth.tiny_llama import TinySpec, rebuild_gguf, write_tiny_llama  # noqa: E402
 
 
 def _loaded_vocab(path):

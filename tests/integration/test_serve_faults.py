@@ -9,10 +9,8 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import openai
@@ -20,8 +18,7 @@ import pytest
 from gguf import GGUFValueType as VT
 from serving import PY, isolated_env, start_serve
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "gguf"))
-from tiny_gguf import rebuild_gguf  # noqa: E402
+from synth.tiny_llama import rebuild_gguf  # noqa: E402
 
 KEY = "faults-key"
 QUEUE = 4

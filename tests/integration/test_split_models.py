@@ -32,7 +32,7 @@ from specdesk.session import GenerationConfig, ModelSpec, Session, check_model_f
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from llama_load_worker import CRASHED, LOADED, REJECTED, load_many  # noqa: E402
 from split_gguf import rewrite_part, split_gguf  # noqa: E402
-from tiny_gguf import write_tiny_llama  # noqa: E402
+from synth.tiny_llama import write_tiny_llama  # noqa: E402
 
 PROMPT = "The capital of France is"
 CONFIG = GenerationConfig(proposer="none", max_tokens=12)

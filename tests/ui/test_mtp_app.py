@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
-from mtp_gguf import agreeing, no_heads
+from synth.mtp import agreeing, no_heads
 from specdesk.ui.chat_view import PROVENANCE
 from specdesk.ui.settings import ChatSettings, SettingsDialog
 from drive import ask, load

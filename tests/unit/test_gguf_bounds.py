@@ -38,10 +38,16 @@ from specdesk.library.gguf.arrays import StringArray
 from specdesk.library.gguf.spec import MAX_KV, MAX_NESTED_ARRAYS, MAX_STRINGS, MAX_TENSORS
 from specdesk.library.gguf.stream import Reader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from io_count import CountingOpen  # noqa: E402
-from tiny_gguf import TinySpec, look_alike_tokens, rebuild_gguf, write_big_vocab_llama, write_tiny_llama  # noqa: E402
-from tiny_gguf import apply_mutations, encode_gguf, header_fields, random_ops  # noqa: E402
+from synth.mutations import apply_mutations, header_fields, random_ops  # noqa: E402
+from synth.tiny_llama import (  # noqa: E402
+    TinySpec,
+    encode_gguf,
+    look_alike_tokens,
+    rebuild_gguf,
+    write_big_vocab_llama,
+    write_tiny_llama,
+)
 
 N_CRAFTED = 262_144
 HOUR = 3600

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import struct
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -32,8 +31,7 @@ from specdesk.library.gguf import (
     vocab_from_gguf,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
-from tiny_gguf import TinySpec, encode_gguf, rebuild_gguf, write_tiny_llama  # noqa: E402
+from synth.tiny_llama import TinySpec, encode_gguf, rebuild_gguf, write_tiny_llama  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"

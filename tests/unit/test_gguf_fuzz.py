@@ -30,7 +30,6 @@ reader cannot meet. The validation times are recorded and the worst is printed.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -43,17 +42,9 @@ from hypothesis import strategies as st
 from specdesk.errors import ModelFileError
 from specdesk.library.gguf import GGUFFile, inspect_gguf, reader, validate_gguf, vocab_from_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from io_count import CountingOpen  # noqa: E402
-from tiny_gguf import (  # noqa: E402
-    INTERESTING_U32,
-    INTERESTING_U64,
-    Fields,
-    TinySpec,
-    apply_mutations,
-    header_fields,
-    write_tiny_llama,
-)
+from synth.mutations import INTERESTING_U32, INTERESTING_U64, Fields, apply_mutations, header_fields  # noqa: E402
+from synth.tiny_llama import TinySpec, write_tiny_llama  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 SMOL = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from hostile_gguf import sentencepiece_charsmap, xcda_blob, xcda_leaf  # noqa: E402
 
 from specdesk.library.gguf import StringArray  # noqa: E402
@@ -269,7 +268,7 @@ def test_unused_special_ids_out_of_range_are_accepted_as_llama_cpp_does(tmp_path
     """A padding, mask or FIM id past the vocabulary is ignored by llama.cpp (2629) and
     never used by SpecDesk: the file is accepted; an unknown-token id is refused."""
     from gguf import GGUFValueType as VT
-    from tiny_gguf import TinySpec, rebuild_gguf, write_tiny_llama
+    from synth.tiny_llama import TinySpec, rebuild_gguf, write_tiny_llama
 
     from specdesk.errors import ModelFileError
     from specdesk.library.gguf import validate_gguf

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtp_gguf import MtpSpec, write_mtp_model, write_step35_model
+from synth.mtp import MtpSpec, write_mtp_model, write_step35_model
 from specdesk.errors import ModelFileError, SpecDeskError
 from specdesk.library.gguf import read_gguf
 from specdesk.library.gguf.mtp import check_mtp, mtp_heads

@@ -15,7 +15,9 @@
   session's auto controller or another object's _private members;
 - no module replaces another object's method with a function or a lambda at run time
   (a call rerouted that way is invisible where it is made);
-- tools/README.md names every file in tools/, and no file that is not there.
+- tools/README.md names every file in tools/, and no file that is not there; no file of
+  tools/ (its packages included) is over 500 lines, and none imports from tests/ (a tool
+  must run from a checkout without the tests, and tests/ is no library).
 """
 
 from __future__ import annotations
@@ -288,3 +290,81 @@ def test_the_tools_check_sees_an_undocumented_file(tmp_path):
     (tmp_path / "a.py").write_text("")
     (tmp_path / "b.py").write_text("")
     assert undocumented_tools(tmp_path) == (["b.py"], ["gone.py"])
+
+
+MAX_TOOL_LINES = 500
+
+
+def long_tools(tools: Path = ROOT / "tools", limit: int = MAX_TOOL_LINES) -> list[str]:
+    """Files of tools/ and its packages over ``limit`` lines."""
+    return [f"{p.relative_to(tools)}: {n} lines" for p in _py(tools)
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit]
+
+
+def _mentions_tests(node: ast.AST) -> bool:
+    """A path toward tests/: a string constant that is, or holds, the folder's name."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and re.search(r"(^|[/\\])tests($|[/\\])", n.value) for n in ast.walk(node))
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "path" and ast.unparse(node.value) == "sys"
+
+
+def imports_from_tests(tools: Path = ROOT / "tools", tests: Path = ROOT / "tests") -> list[str]:
+    """Imports of a module that lives in tests/ (and not in tools/), of ``tests`` itself,
+    and any change of ``sys.path`` (insert, append, extend, a slice or a new list) that
+    names tests/, in the files of tools/ and its packages."""
+    own = {p.stem for p in tools.rglob("*.py")} | {p.name for p in tools.iterdir() if p.is_dir()}
+    theirs = ({p.stem for p in tests.rglob("*.py")} | {"tests"}) - own
+    found = []
+    for path in _py(tools):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in sorted((n for n in ast.walk(tree) if hasattr(n, "lineno")), key=lambda n: n.lineno):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            hit = [n for n in names if n.split(".")[0] in theirs]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_sys_path(node.func.value):
+                hit += [ast.unparse(node)[:60]] if any(_mentions_tests(a) for a in node.args) else []
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                on_path = any(_is_sys_path(t) or (isinstance(t, ast.Subscript) and _is_sys_path(t.value)) for t in targets)
+                hit += [ast.unparse(node)[:60]] if on_path and _mentions_tests(node.value) else []
+            found += [f"{path.relative_to(tools)}:{node.lineno} {h}" for h in hit]
+    return found
+
+
+def test_no_tool_is_over_500_lines():
+    assert long_tools() == [], "split the tool into a package of tools/ (a folder of modules), or drop what it repeats"
+
+
+def test_no_tool_imports_from_tests():
+    assert imports_from_tests() == [], ("a tool must run without tests/: move what it needs into the package (if users "
+                                       "need it) or into tools/ (tools/synth/ for synthetic GGUFs), and let the tests "
+                                       "import it from there")
+
+
+def test_the_tools_checks_see_a_long_file_and_each_way_to_reach_tests(tmp_path):
+    tools, tests = tmp_path / "tools", tmp_path / "tests"
+    (tools / "pkg").mkdir(parents=True)
+    (tests / "data").mkdir(parents=True)
+    (tests / "fakes.py").write_text("")
+    (tests / "data" / "tiny.py").write_text("")
+    (tools / "own.py").write_text("")
+    (tools / "pkg" / "long.py").write_text("x = 1\n" * 501)
+    (tools / "ok.py").write_text("import sys\nfrom pathlib import Path\nimport own\nsys.path.insert(0, 'app')\n")
+    (tools / "bad.py").write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "ROOT = Path(__file__).parent.parent\n"
+        "sys.path.insert(0, str(ROOT / 'tests' / 'data'))\n"
+        "sys.path[:0] = [str(ROOT / 'tests')]\n"
+        "sys.path.append('../tests/unit')\n"
+        "import fakes\n"
+        "from tiny import write\n"
+        "from tests.fakes import FakeModel\n")
+    assert long_tools(tools) == ["pkg/long.py: 501 lines"]
+    assert [f.split(" ")[0] for f in imports_from_tests(tools, tests)] == [
+        "bad.py:4", "bad.py:5", "bad.py:6", "bad.py:7", "bad.py:8", "bad.py:9"]

@@ -16,7 +16,7 @@ from typing import Callable, Protocol, Sequence
 from .. import __version__
 from ..errors import SpecDeskError
 from ..session import ctrl_c_guard
-from . import bench, doctor, generate, models, rpc, serve
+from . import bench, doctor, drift, generate, models, rpc, serve, serve_load
 from .args import Parser, add_generation_options, add_model_options
 from .output import EXIT_USAGE, error
 
@@ -52,8 +52,10 @@ def build_parser() -> Parser:
     models.add_parsers(sub)
     bench.add_parsers(sub)
     doctor.add_parser(sub)
+    drift.add_parser(sub)
     rpc.add_parser(sub)
     serve.add_parser(sub)
+    serve_load.add_parser(sub)
     gui = sub.add_parser("gui", help="open the app (the same as no command); `specdesk FILE...` is `specdesk gui FILE...`")
     add_app_options(gui)
     return p
@@ -99,6 +101,8 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "doctor": doctor.cmd_doctor,
     "rpc-server": rpc.cmd_rpc_server,
     "serve": serve.cmd_serve,
+    "serve-load": serve_load.cmd_serve_load,
+    "drift": drift.cmd_drift,
 }
 
 

@@ -541,3 +541,59 @@ def identity_text(row, runs: Sequence[dict], drift: dict | None, temperature: fl
                 "best tokens nearly tie the argmax can flip. Not a bug.")
     tip += "\n\n" + claim_text(drift)
     return text, tip.strip()
+
+
+def drift_report_text(drift: dict) -> str:
+    """The measured kernel drift (``Drift.to_dict()``, measured with the control) as a
+    table, one row a verify batch size and the control's (single-token steps repeated,
+    which must show none), and the overall figures."""
+    lines = [f"{'batch':>5}  {'positions':>9}  {'mean TV':>8}  {'worst TV':>8}  {'max |dlogit|':>12}  {'flips T=0':>10}"]
+    for b in drift.get("by_batch") or []:
+        name = "1*" if b["batch"] == 1 else str(b["batch"])
+        lines.append(f"{name:>5}  {b['positions']:>9}  {100 * b['tv_mean']:>7.3f}%  {100 * b['tv_max']:>7.2f}%  "
+                     f"{b['logit_diff_max']:>12.4f}  {b['flips']:>3} ({100 * b['flip_share']:.1f}%)")
+    if any(b["batch"] == 1 for b in drift.get("by_batch") or []):
+        lines.append("  (1* = the control: single-token steps repeated; it must show no drift)")
+    margin = drift.get("flip_margin_max")
+    worst = drift.get("worst_batch")
+    lines.append(
+        f"overall: mean TV {100 * drift['tv_mean']:.3f}%, worst {100 * drift['tv_max']:.2f}%"
+        + (f" (batch {worst})" if worst else "")
+        + f"; argmax flips {drift['flips']} ({100 * drift['flip_share']:.2f}% of position x batch pairs)"
+        + (f", largest flipped margin {margin:.3f}" if margin is not None else "")
+        + f"; near-ties (top two within {drift['near_tie_logits']:g}): {100 * drift['near_tie_share']:.1f}% of positions; "
+        f"{drift['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None, f: str = "{:.2f}") -> str:
+    return "-" if x is None else f.format(x)
+
+
+def serve_load_text(o: dict) -> str:
+    """A load on a server (``bench.serve_load.summarize``) as a few lines: what came back,
+    throughput, first token, the wait in line, decode speed, where the wall time went and
+    the server's memory."""
+    pc, t, q, d = o["per_client_tokens_per_s"], o["ttft_s"], o["queue_wait_s"], o["decode_tokens_per_s"]
+    lines = [
+        f"{o['clients']} clients x {o['requests_per_client']} requests, max_tokens {o['max_tokens']}: {o['ok']} ok, "
+        f"{o['rejected_503']} refused (503), {o['error_count']} errors"
+        + (f" ({', '.join(o['errors'])})" if o["errors"] else "") + f" in {o['wall_s']:.1f} s",
+        f"throughput         {_fmt(o['throughput_tokens_per_s'], '{:.1f}')} tokens/s, {_fmt(o['requests_per_s'])} requests/s "
+        f"(per client {_fmt(pc['min'], '{:.1f}')}..{_fmt(pc['max'], '{:.1f}')} tokens/s)",
+        f"first token        p50 {_fmt(t['p50'])} s, p95 {_fmt(t['p95'])} s (min {_fmt(t['min'])}, max {_fmt(t['max'])})",
+        f"waited in line     p50 {_fmt(q['p50'])} s, p95 {_fmt(q['p95'])} s (max {_fmt(q['max'])})",
+        f"decode per request p50 {_fmt(d['p50'], '{:.1f}')} tokens/s (min {_fmt(d['min'], '{:.1f}')}, "
+        f"max {_fmt(d['max'], '{:.1f}')}); throughput / median decode = {_fmt(o['throughput_over_median_decode'])} "
+        "(1.00: serving costs nothing besides decoding; one answer is decoded at a time)",
+    ]
+    b = o["busy_share"]
+    if b["prompt"] is not None:
+        lines.append(f"wall time          prompts {100 * b['prompt']:.0f}%, decoding {100 * b['decode']:.0f}%, neither "
+                     f"{100 * max(0.0, 1 - b['prompt'] - b['decode']):.0f}% (HTTP, chat templates, hand-over between "
+                     f"requests); acceptance p50 {_fmt(o['acceptance']['p50'], '{:.2f}')}")
+    r = o["server_rss_bytes"]
+    if r["before"] is not None and r["after"] is not None:
+        lines.append(f"server RSS         {format_bytes(r['before'])} before, {format_bytes(r['after'])} after "
+                     f"({(r['delta'] or 0) / 2**20:+.1f} MiB)")
+    return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Tiny GLM-4.5-shaped GGUFs (llama.cpp's ``glm4moe``) that carry one NextN/MTP block, for the mtp tests.
+"""Tiny GLM-4.5-shaped GGUFs (llama.cpp's ``glm4moe``) that carry one NextN/MTP block, for the
+mtp tests and tools/make_mtp_model.py.
 
 The trunk is a bigram table: every attention and feed-forward output is zero, so the
 hidden state at a position is the embedding of its token and the next token is
@@ -21,7 +22,7 @@ The tensor names and shapes are those llama.cpp's loader asks for
 layers ``0 .. n_layer-1`` are the trunk (the first ``n_dense`` dense, the rest MoE),
 layer ``n_layer`` the NextN block (always MoE: its graph asserts ``ffn_gate_inp``), and
 ``glm4moe.block_count`` counts both. The vocabulary is the tiny byte-level BPE one of
-tests/data/gguf/tiny_gguf.py (about 400 tokens), or a real one dumped by
+tiny_vocab.py (about 400 tokens), or a real one dumped by
 /work/shared/gpu/make_synthetic.py (``tokenizer=`` a .json.gz) for tools/make_mtp_model.py.
 
 Also here: :func:`without_tensor` and :func:`with_kv` for the malformed files the
@@ -32,15 +33,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "gguf"))
-from tiny_gguf import CHATML_TEMPLATE, bpe_vocab  # noqa: E402
+from .tiny_vocab import CHATML_TEMPLATE, bpe_vocab
 
 ARCH = "glm4moe"
 
