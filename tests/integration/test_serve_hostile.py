@@ -244,6 +244,39 @@ def test_an_unexpected_error_tells_the_client_nothing_of_its_cause(session, monk
     assert secret in caplog.text  # the cause is in the server's log
 
 
+def test_requests_shows_none_of_an_unexpected_errors_text(session, monkeypatch, caplog):
+    """Issue 51, defect 7: the client was told nothing of the cause, but /requests showed
+    it (the queue kept str(e) of any exception). The failed request now reads as the
+    client's answer does; an error worded for users (a prompt too long) still shows."""
+    from specdesk.errors import SpecDeskError
+    from specdesk.server.generation import UNEXPECTED
+
+    secret = "/home/someone/private/models/x.gguf"
+
+    def broken(*_a, **_k):
+        raise RuntimeError(f"cannot open {secret}")
+
+    with serving(session) as local:
+        monkeypatch.setattr(session, "make_controller", broken)  # in the generation's thread
+        assert local.request("POST", "/v1/chat/completions", chat()).status == 500
+        monkeypatch.undo()
+        r = local.request("GET", "/requests")
+        assert r.status == 200 and secret.encode() not in r.body, r.body
+        failed = r.json()["recent"][-1]
+        assert failed["state"] == "failed" and failed["error"] == UNEXPECTED, failed
+
+        def refused(*_a, **_k):
+            raise SpecDeskError("the draft model cannot run this request")
+
+        monkeypatch.setattr(session, "make_controller", refused)  # an error worded for users
+        r = local.request("POST", "/v1/chat/completions", chat())
+        assert r.status == 500 and r.json()["error"]["message"] == "the draft model cannot run this request", r.body
+        monkeypatch.undo()
+        told = local.request("GET", "/requests").json()["recent"][-1]
+        assert told["error"] == "the draft model cannot run this request", told
+    assert secret in caplog.text  # the cause is in the server's log
+
+
 # -- 6. /health: liveness for anyone, details for the key -----------------------------------------------------------
 
 
