@@ -354,6 +354,37 @@ def test_non_loopback_host_warns(strict_model, tmp_path):
         assert s.stop() == 0
 
 
+def _hostname_on_loopback() -> str:
+    """This machine's own name, where it resolves to loopback alone (Debian maps it to
+    127.0.1.1 in /etc/hosts); skipped elsewhere."""
+    name = socket.gethostname()
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    except OSError:
+        addresses = set()
+    if not addresses or not all(a.startswith("127.") or a == "::1" for a in addresses):
+        pytest.skip(f"{name} does not resolve to loopback alone here ({sorted(addresses)})")
+    return name
+
+
+@pytest.mark.parametrize("spelt", ["LOCALHOST", "127.1", "hostname"])
+def test_loopback_however_it_is_spelt_checks_the_host_and_does_not_warn(spelt, strict_model, tmp_path):
+    """Issue 51, defect 3: --host LOCALHOST, 127.1 or $(hostname) bind loopback, but the
+    string comparison took them for another address: the Host check was off (a rebound
+    page's Host got 200) and the CLI warned that every machine could use the models.
+    Now both follow the bound socket's address."""
+    host = _hostname_on_loopback() if spelt == "hostname" else spelt
+    s = start_serve(["--target", strict_model, "--proposer", "none", "--ctx", "256", "--threads", "1", "--host", host],
+                    tmp_path)
+    try:
+        assert not [x for x in s.stderr().splitlines() if x.startswith("WARNING")], s.stderr()
+        port = urlsplit(s.url).port
+        one_error(s.request("GET", "/requests", headers={"Host": f"attacker.example:{port}"}), 403, "--allow-host")
+        assert s.request("GET", "/requests", headers={"Host": f"localhost:{port}"}).status == 200
+    finally:
+        assert s.stop() == 0
+
+
 def test_port_in_use_is_one_line(strict_model, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

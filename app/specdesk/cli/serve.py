@@ -64,7 +64,7 @@ def cmd_serve(args) -> int:
             queue = GenerationQueue(args.queue)
             opts = ServeOptions(defaults=defaults, default_max_tokens=args.max_tokens, api_key=key,
                                 cors_origins=tuple(args.cors_origin), max_body_bytes=body_limit(s.target.ctx.n_ctx),
-                                host=args.host, allowed_hosts=tuple(args.allow_host))
+                                host=sock.getsockname()[0], allowed_hosts=tuple(args.allow_host))
             app = create_app(s, queue, opts)
             _announce(s, sock, args, defaults, key, queue)
 
@@ -112,7 +112,7 @@ def _announce(s, sock, args, defaults, key, queue) -> None:
     from ..session.remote import is_loopback
 
     url = endpoint(sock)
-    if not is_loopback(args.host):
+    if not is_loopback(sock.getsockname()[0]):  # what was bound, however --host spelt it
         print(f"WARNING: specdesk serve listens on {args.host}: every machine that can reach this one can use the models"
               + ("" if key else ", without any key (add --api-key)") + ". Requests and answers travel unencrypted (plain HTTP).",
               file=sys.stderr, flush=True)

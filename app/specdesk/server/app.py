@@ -74,7 +74,8 @@ class ServeOptions:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int | None = None
-    #: the address the server listens on: on a loopback one, only loopback Host names are served
+    #: the address the server's socket is bound to (``sock.getsockname()[0]``): on a loopback
+    #: one, only loopback Host names are served
     host: str = "127.0.0.1"
     #: Host names served besides localhost and the loopback addresses ("*": any; see guard.Gate)
     allowed_hosts: tuple[str, ...] = ()
