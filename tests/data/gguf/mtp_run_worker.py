@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -101,8 +102,10 @@ def _session(path: str) -> tuple[str, str]:
     except SpecDeskError as e:
         return REFUSED, str(e)
     with s:
-        why = s.mtp.refusal()
-        cfg = GenerationConfig(proposer="none" if why else "mtp", k=2, max_tokens=6)
+        cfg = GenerationConfig(proposer="mtp", k=2, max_tokens=6)
+        why = s.refusal(cfg)
+        if why:
+            cfg = replace(cfg, proposer="none")
         try:
             steps = list(s.generate(s.raw_prompt(PROMPT), cfg))
         except SpecDeskError as e:
