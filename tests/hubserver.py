@@ -45,9 +45,10 @@ listing and headers still give the true sha256; ``from_byte`` spares the header,
 the tensor data is wrong), ``oversend`` (a body that goes on past the file's listed size),
 ``unsized`` (no size anywhere: no ``X-Linked-Size``, bodies sent chunked without
 ``Content-Length``, as a mirror may serve them), ``set_rate`` (slow bodies down) and
-``hold``/``release`` (pause a body at a byte offset) and ``override_header`` (a hostile
+``hold``/``release`` (pause a body at a byte offset), ``override_header`` (a hostile
 ``ETag``, ``X-Linked-Etag`` or ``X-Repo-Commit`` on ``/resolve``, as a malicious mirror
-would send); ``clear_faults`` removes them all. Every request is logged in
+would send) and ``replace_after_download`` (the file changes once it was sent whole);
+``clear_faults`` removes them all. Every request is logged in
 ``requests`` (method, path, headers, status, range, body bytes sent, dropped).
 
 Only the standard library is used.
@@ -202,6 +203,8 @@ class _State:
     extra: dict[tuple[str | None, str], int] = field(default_factory=dict)  # -> bytes sent past the end
     headers: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)
     unsized: set[tuple[str | None, str]] = field(default_factory=set)
+    swaps: dict[tuple[str, str], "_Entry"] = field(default_factory=dict)  # -> what the file becomes
+    swapped: dict[tuple[str, str], "_Entry"] = field(default_factory=dict)  # -> what it was (clear_faults restores)
 
 
 class FakeHub:
@@ -383,10 +386,28 @@ class FakeHub:
         with self._lock:
             self._state.headers.setdefault((repo_id, filename), {})[header] = value
 
+    def replace_after_download(self, repo_id: str, filename: str, source: str | os.PathLike[str] | bytes) -> None:
+        """Once a GET has sent the whole of ``filename``, the repo's file becomes ``source``
+        (same commit; new ETag, size and bytes), as a repo updated during a download or a
+        mirror that changes its answer would serve it. The listing keeps the old sha256;
+        ``clear_faults`` brings the old file back."""
+        with self._lock:
+            self._state.swaps[(repo_id, filename)] = _Entry(filename, source)
+
+    def _swap_after(self, repo_id: str, filename: str) -> None:
+        with self._lock:
+            entry = self._state.swaps.pop((repo_id, filename), None)
+            if entry is not None:
+                files = self._repos[repo_id].files
+                self._state.swapped.setdefault((repo_id, filename), files[filename])
+                files[filename] = entry
+
     def clear_faults(self) -> None:
         """Remove every switch (faults, statuses, gates, corruption, rate, holds, headers)."""
         self.release()
         with self._lock:
+            for (repo_id, filename), entry in self._state.swapped.items():
+                self._repos[repo_id].files[filename] = entry
             self._state = _State()
 
     # -- used by the handler -----------------------------------------------------------
@@ -779,6 +800,9 @@ class _Handler(BaseHTTPRequestHandler):
             extra -= _CHUNK
         if unsized:
             out.end()
+        if start == 0 and end == size - 1:
+            self.wfile.flush()
+            self.fakehub._swap_after(repo.repo_id, e.name)
 
     def _json(self, req: HubRequest, obj) -> None:
         body = json.dumps(obj).encode()

@@ -232,6 +232,7 @@ class FakeIndex:
         self.statuses: dict[str, int] = {}
         self.holds: dict[str, Hold] = {}
         self.failures: dict[str, list] = {}  # target -> [requests left to fail, status or None]
+        self.page_padding = 0  # bytes of blanks after each project page (a page that goes on)
         self.files_host = files_host
         self._lock = threading.Lock()
         self.scheme = "https" if tls else "http"
@@ -488,10 +489,11 @@ def _make_handler(owner: FakeIndex, server: str):
             q_json = acc.get(JSON_TYPE, 0.0) if owner.serve_json else 0.0
             q_html = max(acc.get("application/vnd.pypi.simple.v1+html", 0.0), acc.get("text/html", 0.0),
                          acc.get("*/*", 0.0), 0.0 if acc else 1.0)
+            pad = b" " * owner.page_padding
             if owner.serve_json and q_json > 0 and (q_json >= q_html or not owner.serve_html):
-                return self._send(req, 200, owner.page_json(name), JSON_TYPE)
+                return self._send(req, 200, owner.page_json(name) + pad, JSON_TYPE)
             if owner.serve_html:  # an HTML-only index answers HTML whatever was asked
-                return self._send(req, 200, owner.page_html(name), HTML_TYPE + "; charset=utf-8")
+                return self._send(req, 200, owner.page_html(name) + pad, HTML_TYPE + "; charset=utf-8")
             return self._send(req, 406, b"not acceptable")
 
         def _oversend(self, req: IndexRequest, f: _File) -> None:

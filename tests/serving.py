@@ -136,3 +136,67 @@ def start_serve(args: list, root: Path, key: str | None = None, entry: list[str]
             break
     url = seen[0].split()[2].removesuffix("/v1")
     return Served(proc, url, seen, err, key)
+
+
+class ReverseProxy:
+    """A reverse proxy on 127.0.0.1 in front of ``upstream`` (``http://host:port``), as
+    nginx, Caddy or Apache stand before a server: every request reaches the server from
+    the proxy's own address, with ``X-Forwarded-For`` naming the client it came from
+    (appended to any the client sent, as nginx's ``$proxy_add_x_forwarded_for``).
+    ``forwarded_for=False``: a proxy configured to add none. ``source``: the address it
+    connects to the server from (another loopback address stands for another machine,
+    one uvicorn does not take forwarded addresses from). Bodies are passed whole (no
+    streaming)."""
+
+    def __init__(self, upstream: str, forwarded_for: bool = True, source: str = "127.0.0.1") -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        target = urlsplit(upstream)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a) -> None:  # quiet
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "x-forwarded-for")}
+                if proxy.forwarded_for:
+                    sent = self.headers.get("X-Forwarded-For")
+                    headers["X-Forwarded-For"] = f"{sent}, {self.client_address[0]}" if sent else self.client_address[0]
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=300,
+                                                  source_address=(proxy.source, 0))
+                try:
+                    conn.request(self.command, self.path, body=body or None, headers=headers)
+                    r = conn.getresponse()
+                    data = r.read()
+                finally:
+                    conn.close()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+        self.forwarded_for, self.source = forwarded_for, source
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "ReverseProxy":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()

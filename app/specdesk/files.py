@@ -102,26 +102,42 @@ def read_limited(path: Path, limit: int) -> bytes:
     return data
 
 
-def read_json_object(path: Path, what: str = "file", keep_damaged: bool = False) -> dict:
+def read_json_object(path: Path, what: str = "file", keep_damaged: bool = False, strict: bool = False) -> dict:
     """The JSON object in ``path``; {} when it is missing, unreadable, nested too deep or
     not an object (logged: a damaged settings or cache file must never stop the app).
-    With ``keep_damaged``, a file that exists but cannot be used is moved aside."""
+
+    With ``keep_damaged``, a file that was read and is damaged (not JSON, not an object,
+    nested too deep, larger than any such file) is moved aside; one that could not be
+    read (too many open files, a permission, an I/O error, a FIFO) is left as it is: the
+    next read may well succeed, and moving it aside would lose what it holds. With
+    ``strict``, such a read error is raised (OSError) instead of returning {}: a caller
+    about to write the file back must not write what it holds over with an empty object."""
     path = Path(path)
     try:
-        data = json.loads(read_limited(path, MAX_JSON_BYTES).decode("utf-8"))
+        raw = read_limited(path, MAX_JSON_BYTES)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, RecursionError) as e:
-        log.warning("ignoring the unreadable %s %s: %s", what, path, str(e)[:200])
-        if keep_damaged and path.is_file():
-            move_aside(path, str(e)[:200])
-        return {}
+    except OSError as e:
+        if e.errno != errno.EFBIG:  # not read: the file may be fine
+            log.warning("could not read the %s %s: %s", what, path, str(e)[:200])
+            if strict:
+                raise
+            return {}
+        return _damaged(path, what, str(e)[:200], keep_damaged)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        return _damaged(path, what, str(e)[:200], keep_damaged)
     if not isinstance(data, dict):
-        log.warning("ignoring the %s %s: not a JSON object", what, path)
-        if keep_damaged:
-            move_aside(path, "not a JSON object")
-        return {}
+        return _damaged(path, what, "not a JSON object", keep_damaged)
     return data
+
+
+def _damaged(path: Path, what: str, why: str, keep_damaged: bool) -> dict:
+    log.warning("ignoring the damaged %s %s: %s", what, path, why)
+    if keep_damaged:
+        move_aside(path, why)
+    return {}
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:

@@ -4,10 +4,11 @@ measured once (auto's costs on a pair, a target's kernel drift) kept for the nex
 The file is one JSON object ``{"version": V, "entries": {key: {"seq": n, "value": ...}}}``,
 written atomically with ASCII escapes (file names that are not valid UTF-8 stay
 writable). It keeps the ``max_entries`` most recently saved entries. Reading never
-fails: a file that cannot be read or is not an object (damaged, nested too deep) is
-moved aside and kept, with a log line; another version is ignored; an entry of the
+fails: a file that is not an object (damaged, nested too deep) is moved aside and
+kept, with a log line, and one that cannot be read at the moment (too many open
+files, an I/O error) reads as empty and is left as it is; another version is ignored; an entry of the
 wrong shape (a null or text ``seq``, a value that ``clean`` refuses) is left out.
-Saving never fails either: a cache that cannot be written only logs.
+Saving never fails either: a cache that cannot be read or written only logs.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class JsonCache:
     def default_path(self) -> Path:
         return user_cache_dir() / self.file_name
 
-    def _read(self, path: Path) -> dict[str, dict]:
-        """The usable entries: {key: {"seq": int, "value": cleaned}}."""
-        data = read_json_object(path, self.what, keep_damaged=True)
+    def _read(self, path: Path, strict: bool = False) -> dict[str, dict]:
+        """The usable entries: {key: {"seq": int, "value": cleaned}}. ``strict``: a file
+        that could not be read raises OSError (``save`` then keeps it as it is)."""
+        data = read_json_object(path, self.what, keep_damaged=True, strict=strict)
         entries = data.get("entries")
         if data.get("version") != self.version or not isinstance(entries, dict):
             if data:
@@ -73,7 +75,7 @@ class JsonCache:
         """Store ``value`` under ``key``, keeping the most recently saved entries."""
         path = path or self.default_path()
         try:
-            entries = self._read(path)
+            entries = self._read(path, strict=True)  # a read error must not empty the cache
             stamp = max((e["seq"] for e in entries.values()), default=0) + 1
             entries[key] = {"seq": stamp, "value": value}
             if len(entries) > self.max_entries:

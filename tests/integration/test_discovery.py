@@ -5,9 +5,12 @@ partial downloads, an empty and a fake .gguf), and models/ with the test model."
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -399,6 +402,51 @@ def test_user_folders_are_persisted(tree, tmp_path):
 
     (tmp_path / "data" / "library.json").write_text("[1, 2")
     assert user_folders() == []  # a damaged settings file is not a crash
+
+
+@contextlib.contextmanager
+def out_of_file_descriptors():
+    """For the block, this process has no file descriptor left (its soft limit lowered to
+    what is open now and the rest taken), as when it runs out of them for a moment."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, len(os.listdir("/proc/self/fd")) + 16), hard))
+    try:
+        while True:
+            try:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError as e:
+                assert e.errno == errno.EMFILE, e
+                break
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_moment_without_file_descriptors_keeps_the_library_folders(tree, tmp_path):
+    """Issue 51, defect 4: a read error (EMFILE) took library.json for damaged: it was
+    moved aside, the folder list read as [], and the next folder added became the whole
+    list. A file that could not be read is now left as it is, and adding or removing a
+    folder meanwhile fails in one line instead of writing over it."""
+    others = [tmp_path / name for name in ("other-a", "other-b")]
+    for d in others:
+        d.mkdir()
+    add_folder(tree.folder)
+    add_folder(others[0])
+    data = tmp_path / "data"
+    with out_of_file_descriptors():
+        assert user_folders() == []  # nothing can be read for the moment
+        assert (data / "library.json").is_file(), "moved aside, though it was never read"
+        for change in (add_folder, remove_folder):
+            with pytest.raises(SpecDeskError, match="could not read the library's folders") as e:
+                change(others[1] if change is add_folder else tree.folder)
+            assert "\n" not in str(e.value)
+    assert user_folders() == [tree.folder, others[0]]
+    assert not [p for p in data.iterdir() if ".damaged-" in p.name]
+    add_folder(others[1])
+    assert user_folders() == [tree.folder, *others]
 
 
 def test_missing_folders_and_sources_are_fine(tmp_path):

@@ -37,7 +37,7 @@ from specdesk.session import GenerationConfig, ModelSpec, Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 from split_gguf import split_gguf  # noqa: E402
-from synth.tiny_llama import write_tiny_llama  # noqa: E402
+from synth.tiny_llama import TinySpec, write_tiny_llama  # noqa: E402
 
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUANTS = ["Q4_K_M", "Q8_0", "F16", "IQ4_XS", "BF16"]
@@ -506,6 +506,28 @@ def _mirror(hub, filename: str, size: int | None) -> HubModelFile:
     if size is None:
         hub.unsized(filename)
     return HubModelFile("Q8_0", (HubFile(filename, size, "Q8_0", sha256=None),))
+
+
+def test_the_checked_download_is_the_file_placed_and_nothing_is_fetched_after_it(hub, cache, served, tmp_path):
+    """Issue 51, defect 1: once the part was downloaded and checked, hf_hub_download placed
+    it, sending its own HEAD; the file having changed meanwhile (a new ETag), it downloaded
+    the new one itself, with no sha256 check and no size limit, and that was placed. Now
+    the checked blob itself is linked into the snapshot and no request follows it."""
+    true = served["org/tiny"][TINY].read_bytes()
+    other = write_tiny_llama(tmp_path / "other.gguf", TinySpec(n_layer=3, n_ff=512, seed=7))
+    assert other.stat().st_size > len(true)
+    hub.replace_after_download("org/tiny", TINY, other)
+    model = hubmod.pick(hubmod.list_gguf("org/tiny"))
+    hub.clear_log()
+    path = hubmod.download("org/tiny", model)
+    assert path.read_bytes() == true  # what the listing's sha256 vouched for
+    log = hub.requests
+    [get] = [i for i, r in enumerate(log) if r.method == "GET" and r.filename == TINY]
+    assert log[get].bytes_sent == len(true) and log[get + 1:] == [], [(r.method, r.path) for r in log[get + 1:]]
+    assert _blobs(cache, "org/tiny") == [hashlib.sha256(true).hexdigest()]
+    storage = cache / "models--org--tiny"
+    assert (storage / "refs" / "main").read_text() == hub.commit("org/tiny")
+    assert path == storage / "snapshots" / hub.commit("org/tiny") / TINY and path.is_symlink()
 
 
 def test_a_file_of_unknown_size_is_never_written_past_the_limit(hub, cache, served, monkeypatch):

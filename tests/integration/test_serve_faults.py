@@ -351,6 +351,55 @@ def test_non_loopback_host_warns(strict_model, tmp_path):
         assert s.stop() == 0
 
 
+def _hostname_on_loopback() -> str:
+    """This machine's own name, where it resolves to loopback alone (Debian maps it to
+    127.0.1.1 in /etc/hosts); skipped elsewhere."""
+    name = socket.gethostname()
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    except OSError:
+        addresses = set()
+    if not addresses or not all(a.startswith("127.") or a == "::1" for a in addresses):
+        pytest.skip(f"{name} does not resolve to loopback alone here ({sorted(addresses)})")
+    return name
+
+
+@pytest.mark.parametrize("spelt", ["LOCALHOST", "127.1", "hostname"])
+def test_loopback_however_it_is_spelt_checks_the_host_and_does_not_warn(spelt, strict_model, tmp_path):
+    """Issue 51, defect 3: --host LOCALHOST, 127.1 or $(hostname) bind loopback, but the
+    string comparison took them for another address: the Host check was off (a rebound
+    page's Host got 200) and the CLI warned that every machine could use the models.
+    Now both follow the bound socket's address."""
+    host = _hostname_on_loopback() if spelt == "hostname" else spelt
+    s = start_serve(["--target", strict_model, "--proposer", "none", "--ctx", "256", "--threads", "1", "--host", host],
+                    tmp_path)
+    try:
+        assert not [x for x in s.stderr().splitlines() if x.startswith("WARNING")], s.stderr()
+        port = urlsplit(s.url).port
+        one_error(s.request("GET", "/requests", headers={"Host": f"attacker.example:{port}"}), 403, "--allow-host")
+        assert s.request("GET", "/requests", headers={"Host": f"localhost:{port}"}).status == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_key_per_client(strict_model, tmp_path):
+    """--api-key repeated: each key is let in (and keeps its client's cached prompt apart:
+    test_serve_hostile.py); a key given twice is one line before anything loads."""
+    r = subprocess.run([PY, "-m", "specdesk", "serve", "--target", strict_model, "--port", "0", "--api-key", "k1",
+                        "--api-key", "k1"], capture_output=True, text=True, timeout=120, env=isolated_env(tmp_path))
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "given twice" in lines[0], r.stderr
+    s = start_serve(["--target", strict_model, "--proposer", "none", "--ctx", "256", "--threads", "1",
+                     "--api-key", "key-of-a", "--api-key", "key-of-b"], tmp_path)
+    try:
+        assert any("2 API keys, one per client" in x for x in s.stdout), s.stdout
+        for key in ("key-of-a", "key-of-b"):
+            assert s.request("GET", "/v1/models", headers={"Authorization": f"Bearer {key}"}).status == 200
+        one_error(s.request("GET", "/v1/models", headers={"Authorization": "Bearer key-of-c"}), 401, "wrong API key")
+    finally:
+        assert s.stop() == 0
+
+
 def test_port_in_use_is_one_line(strict_model, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

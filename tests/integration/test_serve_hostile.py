@@ -244,6 +244,39 @@ def test_an_unexpected_error_tells_the_client_nothing_of_its_cause(session, monk
     assert secret in caplog.text  # the cause is in the server's log
 
 
+def test_requests_shows_none_of_an_unexpected_errors_text(session, monkeypatch, caplog):
+    """Issue 51, defect 7: the client was told nothing of the cause, but /requests showed
+    it (the queue kept str(e) of any exception). The failed request now reads as the
+    client's answer does; an error worded for users (a prompt too long) still shows."""
+    from specdesk.errors import SpecDeskError
+    from specdesk.server.generation import UNEXPECTED
+
+    secret = "/home/someone/private/models/x.gguf"
+
+    def broken(*_a, **_k):
+        raise RuntimeError(f"cannot open {secret}")
+
+    with serving(session) as local:
+        monkeypatch.setattr(session, "make_controller", broken)  # in the generation's thread
+        assert local.request("POST", "/v1/chat/completions", chat()).status == 500
+        monkeypatch.undo()
+        r = local.request("GET", "/requests")
+        assert r.status == 200 and secret.encode() not in r.body, r.body
+        failed = r.json()["recent"][-1]
+        assert failed["state"] == "failed" and failed["error"] == UNEXPECTED, failed
+
+        def refused(*_a, **_k):
+            raise SpecDeskError("the draft model cannot run this request")
+
+        monkeypatch.setattr(session, "make_controller", refused)  # an error worded for users
+        r = local.request("POST", "/v1/chat/completions", chat())
+        assert r.status == 500 and r.json()["error"]["message"] == "the draft model cannot run this request", r.body
+        monkeypatch.undo()
+        told = local.request("GET", "/requests").json()["recent"][-1]
+        assert told["error"] == "the draft model cannot run this request", told
+    assert secret in caplog.text  # the cause is in the server's log
+
+
 # -- 6. /health: liveness for anyone, details for the key -----------------------------------------------------------
 
 
@@ -289,6 +322,59 @@ def test_a_second_client_cannot_learn_the_first_ones_prompt(local):
     back = a.completions.create(model=model, prompt=SECRET, max_tokens=2, temperature=0)
     assert _cached(back)[0] == 0, "B's tokens were in between: A starts afresh too"
     assert first.usage.prompt_tokens == back.usage.prompt_tokens
+
+
+def _via(url: str, key: str, source: str) -> openai.OpenAI:
+    """The openai SDK at ``url``, connecting from ``source`` (a loopback address: a machine)."""
+    import httpx2  # the openai SDK's HTTP client
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=300,
+                         http_client=openai.DefaultHttpxClient(transport=httpx2.HTTPTransport(local_address=source)))
+
+
+def _guess_after_secret(a: openai.OpenAI, b: openai.OpenAI) -> tuple[int, int, int]:
+    model = a.models.list().data[0].id
+    a.completions.create(model=model, prompt=SECRET, max_tokens=2, temperature=0)
+    return _cached(b.completions.create(model=model, prompt=SECRET[:40] + " is wrong", max_tokens=2, temperature=0))
+
+
+def test_clients_behind_a_reverse_proxy_cannot_learn_each_others_prompts(session):
+    """Issue 51, defect 6: the cache was kept per client address, and behind a reverse
+    proxy (the case --allow-host exists for) every client has the proxy's: B read 75 of
+    the 78 tokens A had cached. The proxy's X-Forwarded-For now tells them apart, and so
+    does a key of their own; a client's own next turn still reuses its prompt. The proxy
+    connects from 127.0.0.9, another machine to uvicorn (which takes forwarded addresses
+    from 127.0.0.1 alone)."""
+    from serving import ReverseProxy
+
+    with serving(session) as local, ReverseProxy(local.url, source="127.0.0.9") as proxy:
+        a, b = _via(proxy.url, KEY, "127.0.0.2"), _via(proxy.url, KEY, "127.0.0.3")
+        cached, _, prompt_n = _guess_after_secret(a, b)
+        assert cached == 0 and prompt_n > 0, (cached, prompt_n)
+        assert {t.client.split(" ")[0] for t in local.queue.recent()[-2:]} == {"127.0.0.9"}  # the proxy's, for both
+        model = b.models.list().data[0].id
+        guess = SECRET[:40] + " is wrong"
+        again = b.completions.create(model=model, prompt=guess + " again", max_tokens=2, temperature=0)
+        assert _cached(again)[0] > 0  # B's own prefix is B's
+    with (serving(session, key=("key-of-a", "key-of-b")) as local,
+          ReverseProxy(local.url, forwarded_for=False, source="127.0.0.9") as proxy):
+        a, b = _via(proxy.url, "key-of-a", "127.0.0.2"), _via(proxy.url, "key-of-b", "127.0.0.3")
+        assert _guess_after_secret(a, b)[0] == 0  # a key each: apart, with nothing else to tell them by
+        same = _via(proxy.url, "key-of-a", "127.0.0.3")  # A's key, through a proxy that names no one: A itself
+        assert _guess_after_secret(a, same)[0] > 0
+
+
+def test_a_forged_x_forwarded_for_joins_no_other_client(local):
+    """uvicorn takes X-Forwarded-For from 127.0.0.1 as the client's address, so a program
+    on this machine that sent "X-Forwarded-For: 127.0.0.2" became client 127.0.0.2 and
+    read its cached prompt. A forwarded address now only sets a client apart."""
+    a = local.client("127.0.0.2")
+    model = a.models.list().data[0].id
+    a.completions.create(model=model, prompt=SECRET, max_tokens=2, temperature=0)
+    forger = openai.OpenAI(base_url=local.url + "/v1", api_key=KEY, max_retries=0, timeout=300,
+                           default_headers={"X-Forwarded-For": "127.0.0.2"})
+    r = forger.completions.create(model=model, prompt=SECRET[:40] + " is wrong", max_tokens=2, temperature=0)
+    assert _cached(r)[0] == 0, _cached(r)
 
 
 def test_the_apps_chat_is_not_an_oracle_for_served_clients(session, local):

@@ -625,3 +625,23 @@ def test_a_wheel_whose_size_is_not_listed_is_never_written_past_the_limit(clean_
         idx.oversend(fn, 0)
         [path] = download_wheels(["swell==1.0"], tmp_path, None)
         assert path.read_bytes() == idx.files[fn].data
+
+
+@pytest.mark.parametrize("json_api", [True, False])
+def test_a_page_of_links_that_goes_on_is_read_up_to_a_limit(clean_env, monkeypatch, tmp_path, json_api):
+    """Issue 51, defect 5: a project page was read whole into memory (a MemoryError after
+    598 MiB of an endless page). Now at most MAX_PAGE_BYTES (64 MiB; 1 MiB here) are
+    read: a longer page is refused in one line, and a page under the limit still serves."""
+    from specdesk.library.pypi_fetch import resolve
+
+    monkeypatch.setattr(resolve, "MAX_PAGE_BYTES", 1 << 20, raising=False)  # runs on a tree without the limit too
+    with FakeIndex(json=json_api, html=not json_api) as idx:
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        idx.add("swell", "1.0")
+        idx.page_padding = 8 << 20
+        with pytest.raises(FetchError) as e:
+            find_wheel("swell==1.0")
+        msg = str(e.value)
+        assert "\n" not in msg and "answered a page larger than 1 MiB for swell" in msg and idx.url in msg, msg
+        idx.page_padding = (1 << 20) - 4096  # blanks after the page: still under the limit
+        assert find_wheel("swell==1.0").filename == "swell-1.0-py3-none-any.whl"

@@ -114,3 +114,15 @@ def test_cors_origin_refuses_what_never_matches_in_one_line(value):
 def test_loopback_names():
     assert is_loopback_name("localhost") and is_loopback_name("127.0.0.1") and is_loopback_name("::1")
     assert not is_loopback_name("0.0.0.0") and not is_loopback_name("localhost.") and not is_loopback_name("10.0.0.1")
+
+
+@pytest.mark.parametrize("host,loopback", [
+    ("127.0.0.1", True), ("LOCALHOST", True), ("localhost", True), ("127.1", True), ("127.0.1.1", True),
+    ("::1", True), ("[::1]", True), ("::ffff:127.0.0.1", True),
+    ("0.0.0.0", False), ("", False), ("::", False), ("192.168.1.20", False), ("no-such-host.invalid", False),
+])
+def test_loopback_is_decided_by_the_address_not_the_spelling(host, loopback):
+    """Issue 51, defect 3: is_loopback compared strings (LOCALHOST, 127.1 were not loopback)."""
+    from specdesk.session.remote import is_loopback
+
+    assert is_loopback(host) is loopback

@@ -20,7 +20,8 @@ guesses have nothing to do with the trunk's (acceptance near 0).
 The tensor names and shapes are those llama.cpp's loader asks for
 (``llama_model_glm4_moe::load_arch_tensors`` in the vendored src/models/glm4-moe.cpp):
 layers ``0 .. n_layer-1`` are the trunk (the first ``n_dense`` dense, the rest MoE),
-layer ``n_layer`` the NextN block (always MoE: its graph asserts ``ffn_gate_inp``), and
+layer ``n_layer`` the NextN block (MoE, as its graph asserts ``ffn_gate_inp``; dense
+only in the malformed file an ``n_dense`` past the trunk makes), and
 ``glm4moe.block_count`` counts both. The vocabulary is the tiny byte-level BPE one of
 tiny_vocab.py (about 400 tokens), or a real one dumped by
 /work/shared/gpu/make_synthetic.py (``tokenizer=`` a .json.gz) for tools/make_mtp_model.py.
@@ -187,7 +188,8 @@ def write_mtp_model(path: str | Path, spec: MtpSpec = MtpSpec()) -> Path:
     if n_nextn:
         i = spec.n_layer
         agree = spec.heads == "agree"
-        layer(i, True, zero if agree else (lambda *s: rnd(*s, scale=0.5)))
+        # MoE unless leading_dense_block_count covers it (a malformed file: its MTP graph asserts MoE)
+        layer(i, i >= spec.n_dense, zero if agree else (lambda *s: rnd(*s, scale=0.5)))
         p = f"blk.{i}.nextn."
         if agree:  # [I | 0]: the normed embedding passes, the target's hidden state does not
             eh = np.zeros((e, 2 * e), dtype=mat)

@@ -27,8 +27,10 @@ def add_parser(sub) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every network)")
     n.add_argument("--port", type=int_at_least("port", 0, "a port from 0 to 65535"), default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    n.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: ${API_KEY_ENV}, else none)")
+    n.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: ${API_KEY_ENV}, else "
+                        "none); repeat to give each client its own key, which also keeps each client's cached prompt "
+                        "apart from the others' (behind a reverse proxy, every client comes from its address)")
     n.add_argument("--queue", type=int_at_least("queue", 0, "an integer >= 0"), default=DEFAULT_QUEUE, metavar="N",
                    help=f"requests that may wait while one generates; beyond them 503 with Retry-After (default {DEFAULT_QUEUE})")
     n.add_argument("--cors-origin", action="append", default=[], type=_cors_origin, metavar="ORIGIN",
@@ -53,9 +55,12 @@ def cmd_serve(args) -> int:
 
     if args.port > 65535:
         raise SpecDeskError(f"port must be a port from 0 to 65535, got {args.port}")
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
-    if key is not None and not key.strip():
-        raise SpecDeskError("the API key is empty: give one with --api-key or leave it out")
+    keys = list(args.api_key) if args.api_key is not None else [k for k in [os.environ.get(API_KEY_ENV)] if k]
+    if any(not k.strip() for k in keys):
+        raise SpecDeskError("an API key is empty: give one with --api-key or leave it out")
+    if len(set(keys)) < len(keys):
+        raise SpecDeskError("an API key is given twice: give each client its own (--api-key KEY, once per client)")
+    key = keys[0] if len(keys) == 1 else (tuple(keys) or None)
     defaults = config_from_args(args, max_tokens=args.max_tokens or 1)
     sock = bind(args.host, args.port)  # before loading: a port in use fails at once
     signal.signal(signal.SIGTERM, _interrupt)  # stop as on Ctrl+C: the answers end, the models are freed
@@ -64,7 +69,7 @@ def cmd_serve(args) -> int:
             queue = GenerationQueue(args.queue)
             opts = ServeOptions(defaults=defaults, default_max_tokens=args.max_tokens, api_key=key,
                                 cors_origins=tuple(args.cors_origin), max_body_bytes=body_limit(s.target.ctx.n_ctx),
-                                host=args.host, allowed_hosts=tuple(args.allow_host))
+                                host=sock.getsockname()[0], allowed_hosts=tuple(args.allow_host))
             app = create_app(s, queue, opts)
             _announce(s, sock, args, defaults, key, queue)
 
@@ -112,7 +117,7 @@ def _announce(s, sock, args, defaults, key, queue) -> None:
     from ..session.remote import is_loopback
 
     url = endpoint(sock)
-    if not is_loopback(args.host):
+    if not is_loopback(sock.getsockname()[0]):  # what was bound, however --host spelt it
         print(f"WARNING: specdesk serve listens on {args.host}: every machine that can reach this one can use the models"
               + ("" if key else ", without any key (add --api-key)") + ". Requests and answers travel unencrypted (plain HTTP).",
               file=sys.stderr, flush=True)
@@ -121,6 +126,7 @@ def _announce(s, sock, args, defaults, key, queue) -> None:
           f"context {s.target.ctx.n_ctx})", flush=True)
     print(f"  OpenAI API: {url}/v1/chat/completions, {url}/v1/completions, {url}/v1/models; "
           f"also {url}/health, {url}/metrics, {url}/requests", flush=True)
+    keys = f"{len(key)} API keys, one per client" if isinstance(key, tuple) else "API key required"
     print(f"  one generation at a time; up to {queue.capacity} wait, beyond them 503 with Retry-After; "
-          + ("API key required" if key else "no API key"), flush=True)
+          + (keys if key else "no API key"), flush=True)
     print("ready (Ctrl+C stops)", flush=True)

@@ -189,7 +189,8 @@ def last_native_error() -> str | None:
     """The last error llama.cpp logged, without its function prefix."""
     if not _recent_errors:
         return None
-    msg = _recent_errors[-1]
+    # the loader's own reason comes before the wrapper's "...: failed to load model"
+    msg = next((m for m in reversed(_recent_errors) if not m.endswith("failed to load model")), _recent_errors[-1])
     # "llama_model_load: error loading model: ..." -> keep the innermost reason
     return msg.rsplit(": ", 1)[-1] if msg.count(": ") >= 2 else msg
 

@@ -18,8 +18,15 @@ def settings_path() -> Path:
     return user_data_dir() / "library.json"
 
 
-def _read_settings() -> dict:
-    return read_json_object(settings_path(), "library settings", keep_damaged=True)
+def _read_settings(strict: bool = False) -> dict:
+    """library.json's object. ``strict`` (before writing it back): a file that could not
+    be read (too many open files, an I/O error) is a SpecDeskError, never read as empty,
+    so the folders it lists are not written over with one."""
+    try:
+        return read_json_object(settings_path(), "library settings", keep_damaged=True, strict=strict)
+    except OSError as e:
+        raise SpecDeskError(f"could not read the library's folders from {settings_path()}: {e.strerror or e}; "
+                            "nothing was changed, try again") from None
 
 
 def user_folders() -> list[Path]:
@@ -40,7 +47,7 @@ def add_folder(p: Path | str) -> None:
     if not folder.is_dir():
         raise SpecDeskError(f"{folder} is not a folder")
     with _settings_lock:
-        data = _read_settings()
+        data = _read_settings(strict=True)
         current = [x for x in data.get("folders", []) if isinstance(x, str)] if isinstance(data.get("folders"), list) else []
         if str(folder) in current:
             return
@@ -53,7 +60,7 @@ def remove_folder(p: Path | str) -> None:
     """Stop scanning a folder that was added with ``add_folder``."""
     folder = _norm_folder(p)
     with _settings_lock:
-        data = _read_settings()
+        data = _read_settings(strict=True)
         current = [x for x in data.get("folders", []) if isinstance(x, str)] if isinstance(data.get("folders"), list) else []
         if str(folder) not in current:
             raise SpecDeskError(f"{folder} is not one of the library's folders")

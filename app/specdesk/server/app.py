@@ -13,6 +13,7 @@ the server's log).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import secrets
@@ -71,10 +72,13 @@ class ServeOptions:
     defaults: GenerationConfig = field(default_factory=GenerationConfig)
     #: None: up to the rest of the context (as llama-server's n_predict -1)
     default_max_tokens: int | None = None
-    api_key: str | None = None
+    #: the key every request but /health must give, or several: one per client (each keeps
+    #: its own cached prompt, whatever address it comes from)
+    api_key: str | tuple[str, ...] | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int | None = None
-    #: the address the server listens on: on a loopback one, only loopback Host names are served
+    #: the address the server's socket is bound to (``sock.getsockname()[0]``): on a loopback
+    #: one, only loopback Host names are served
     host: str = "127.0.0.1"
     #: Host names served besides localhost and the loopback addresses ("*": any; see guard.Gate)
     allowed_hosts: tuple[str, ...] = ()
@@ -102,12 +106,32 @@ def client_label(request: Request) -> str:
     return f"{host} · {ua}" if ua else host
 
 
+#: Headers a reverse proxy adds to say whom it forwards a request for.
+FORWARDED_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+
+
 def client_owner(request: Request) -> str:
-    """Whose prompt a request's tokens are, for the KV cache (``Session.generate``'s
-    ``owner``): its address. Clients on one address (every process of this machine)
-    share one; nothing else tells them apart (one key for all, a User-Agent anyone can
-    send)."""
-    return "http " + (request.client.host if request.client else "?")
+    """Whose prompt a request's tokens are, for the KV cache and the history lookups
+    (``Session.generate``'s ``owner``): what clients cannot share by accident.
+
+    - The API key it gave, where the server has several (``--api-key`` repeated: one
+      per client). Clients given the same key share one owner, as they share the key.
+    - Its address; and the clients a reverse proxy says it forwards for (``Forwarded``,
+      ``X-Forwarded-For``, ``X-Real-IP``, as received): behind a proxy every client
+      comes from the proxy's address, and only these tell them apart.
+
+    A client can split itself off with those headers but never join another's owner:
+    it would need that one's address (and key) too, and a proxy adds the address it saw.
+    Clients on one address that send the same headers (every program of one machine
+    talking to the server directly) share one owner."""
+    parts = ["http", request.client.host if request.client else "?"]
+    key = getattr(request.state, "key_index", None)
+    if key is not None:
+        parts.append(f"key {key}")
+    forwarded = [f"{h}: {v}" for h in FORWARDED_HEADERS for v in request.headers.getlist(h)]
+    if forwarded:  # bounded by the header limit; kept short as a digest
+        parts.append("via " + hashlib.sha256("\n".join(forwarded).encode("utf-8", "replace")).hexdigest()[:16])
+    return " ".join(parts)
 
 
 def _file_time(session: Session) -> int:

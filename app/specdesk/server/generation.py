@@ -21,15 +21,13 @@ from typing import AsyncIterator, Callable, Sequence
 from ..errors import Cancelled, SpecDeskError
 from ..session import GenerationConfig, ModelsUnloaded, Session
 from ..speculative.stats import Stats
-from .queue import GenerationQueue, Ticket
+from .queue import UNEXPECTED, GenerationQueue, Ticket
 from .responses import FINISH
 from .stops import StopMatcher
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("end", "cancelled", "unloaded", "error")
-#: What a client is told of a generation that failed for a reason nobody foresaw.
-UNEXPECTED = "unexpected error in the generation (the server's log says why)"
 
 
 @dataclass

@@ -17,9 +17,11 @@ reach (DNS rebinding, cross-site calls), 403 in OpenAI's error format:
 
 :class:`Guard` then:
 
-- the API key (``Authorization: Bearer KEY``), compared in constant time; ``/health``
-  and CORS preflights need none (``/health`` learns from the scope's state whether the
-  key was given, to say more only then);
+- the API key (``Authorization: Bearer KEY``), compared in constant time with each of
+  the server's keys (one per client where it has several); ``/health`` and CORS
+  preflights need none (``/health`` learns from the scope's state whether the key was
+  given, to say more only then; the handlers learn which key, ``key_index``, to keep
+  each key's cached prompt apart);
 - the body size: a declared ``Content-Length`` over the limit is refused before a byte
   is read, a chunked body as soon as it passes the limit (so the body is read at most
   once, and never more than the limit);
@@ -218,9 +220,12 @@ class Gate:
 
 
 class Guard:
-    def __init__(self, app, api_key: str | None, max_body: int, count: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, app, api_key: str | Iterable[str] | None, max_body: int,
+                 count: Callable[[str, int], None] | None = None) -> None:
         self.app = app
-        self.api_key = api_key.encode() if api_key else None
+        keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
+        #: every key the server takes (several: one per client), or None for no key at all
+        self.api_keys = tuple(k.encode() for k in keys if k) or None
         self.max_body = max_body
         self.count = count
 
@@ -229,9 +234,10 @@ class Guard:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         counted = _counted(send, _label(scope), self.count)
-        refusal = self._check_key(_header(scope, b"authorization")) if self.api_key is not None else None
+        refusal, index = self._check_key(_header(scope, b"authorization")) if self.api_keys is not None else (None, None)
         # /health says more to those who give the key (or to everyone where no key is set)
-        scope.setdefault("state", {})["authorized"] = refusal is None
+        state = scope.setdefault("state", {})
+        state["authorized"], state["key_index"] = refusal is None, index
         if refusal and path not in PUBLIC and scope.get("method") != "OPTIONS":
             return await send_error(counted, 401, refusal, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
         declared = _header(scope, b"content-length")
@@ -249,13 +255,17 @@ class Guard:
             receive = _replay(body, receive)
         return await self.app(scope, receive, counted)
 
-    def _check_key(self, header: bytes | None) -> str | None:
+    def _check_key(self, header: bytes | None) -> tuple[str | None, int | None]:
+        """(why the key is refused, None) or (None, which of the server's keys it is)."""
         if not header:
-            return "no API key: send it as 'Authorization: Bearer KEY' (the key `specdesk serve` was started with)"
+            return "no API key: send it as 'Authorization: Bearer KEY' (the key `specdesk serve` was started with)", None
         scheme, _, given = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.api_key):
-            return "wrong API key: send the key `specdesk serve` was started with, as 'Authorization: Bearer KEY'"
-        return None
+        given = given.strip()
+        # every key compared, in constant time each: which one matched takes no less time to learn
+        matches = [hmac.compare_digest(given, key) for key in self.api_keys or ()]
+        if scheme.lower() != b"bearer" or not any(matches):
+            return "wrong API key: send the key `specdesk serve` was started with, as 'Authorization: Bearer KEY'", None
+        return None, matches.index(True)
 
     def _too_big(self, size: str) -> str:
         return (f"the request body is {size}; this server takes at most {format_bytes(self.max_body)} "

@@ -37,6 +37,9 @@ RECENT = 200
 POLL_S = 0.05
 
 QUEUED, RUNNING, DONE, CANCELLED, FAILED = "queued", "running", "done", "cancelled", "failed"
+#: What a failed ticket says (``/requests``, the request list) and a client is told of a
+#: generation that failed for a reason nobody foresaw: its own text may name files.
+UNEXPECTED = "unexpected error in the generation (the server's log says why)"
 
 Listener = Callable[[str, "Ticket", "Step | None"], None]
 
@@ -278,8 +281,11 @@ class GenerationQueue:
         except (GeneratorExit, Cancelled):  # closed by its reader, or stopped inside a long prompt
             state, reason = CANCELLED, "cancelled"
             raise
-        except BaseException as e:
+        except SpecDeskError as e:  # worded for users: a prompt too long, the models unloaded, ...
             ticket.error = str(e) or type(e).__name__
+            raise
+        except BaseException:
+            ticket.error = UNEXPECTED  # what went wrong is logged where it is caught, never shown
             raise
         finally:
             self._end(ticket, state, reason)

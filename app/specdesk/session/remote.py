@@ -11,6 +11,7 @@ some layers here); without it llama.cpp splits the offloaded layers by free memo
 from __future__ import annotations
 
 import ipaddress
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -39,14 +40,35 @@ registered = _rpc.registered
 ALL_LAYERS = 999
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine only (a server bound there is out of the network's reach)."""
-    if host == "localhost":
-        return True
+def _loopback_address(address: str) -> bool:
+    """A numeric address of this machine only: 127.0.0.0/8, ::1, or one IPv4-mapped."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (a server bound there is out of the network's
+    reach), however it is spelt: decided from the addresses it resolves to, as a bind
+    resolves it, not from its letters. ``LOCALHOST``, ``127.1`` and a host name that
+    /etc/hosts maps to 127.0.1.1 (Debian's own name) are loopback; ``0.0.0.0``, ``""``
+    and a name that resolves to any other address are not. Give a bound socket's own
+    address (``sock.getsockname()[0]``) where there is one: it is what was bound."""
+    name = host.strip()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not name:
+        return False
+    if _loopback_address(name):
+        return True
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):  # unknown names, and ones IDNA cannot encode
+        return False
+    return bool(infos) and all(_loopback_address(str(info[4][0])) for info in infos)
 
 
 def rpc_supported() -> bool:

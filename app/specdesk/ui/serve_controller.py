@@ -338,7 +338,8 @@ def _start_server(session: Session, queue: GenerationQueue, s: ServeSettings, cf
 
     sock = bind(s.host, s.port)
     app = create_app(session, queue, ServeOptions(defaults=cfg, default_max_tokens=cfg.max_tokens, api_key=s.api_key or None,
-                                                  max_body_bytes=body_limit(session.target.ctx.n_ctx), host=s.host))
+                                                  max_body_bytes=body_limit(session.target.ctx.n_ctx),
+                                                  host=sock.getsockname()[0]))
     server = ServerThread(app, sock, on_exit=lambda: queue.cancel_all(keep=lambda t: t.kind == APP_KIND))
     server.start()
     end = time.monotonic() + START_WAIT_S

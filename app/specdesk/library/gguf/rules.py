@@ -63,6 +63,20 @@ EMBD_SHAPE_EXEMPT = frozenset({"wavtokenizer-dec"})
 NROT_MUST_MATCH = frozenset({"llama", "deci", "falcon"})
 # Architectures for which validate_gguf knows the exact tensor set llama.cpp creates.
 EXACT_LAYOUT_ARCHS = frozenset({"llama", "qwen2"})
+#: Architectures whose loader takes a file that declares NextN (MTP) blocks but has no
+#: ``blk.0.attn_norm.weight`` for one of MTP heads alone (``mtp_only`` in
+#: src/models/<arch>.cpp's load_arch_tensors): every trunk tensor becomes optional, so a
+#: trunk that lacks one loads and then multiplies by a missing tensor (an abort).
+MTP_ONLY_PROBE_ARCHS = frozenset({
+    "glm4moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm5-next", "cohere2moe", "step35", "mimo2",
+    "hy_v3", "bailingmoe3", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next",
+})
+#: Architectures whose graph asserts (GGML_ASSERT, an abort when a context is made) that
+#: the key and value heads are as long, and with True that the rotary dimensions are
+#: the whole head too (src/models/glm4-moe.cpp, cohere2moe.cpp, hy-v3.cpp).
+HEAD_SIZES_ASSERTED = {"glm4moe": False, "cohere2moe": True, "hy_v3": True}
+#: Architectures whose loader asserts experts (GGML_ASSERT(n_expert > 0) in glm4-moe.cpp).
+EXPERTS_ASSERTED = frozenset({"glm4moe"})
 
 # --------------------------------------------------------------------------------------
 # Key types

@@ -38,9 +38,12 @@ from .rules import (
     BPE_PRE_TOKENIZERS,
     EMBD_SHAPE_EXEMPT,
     EXACT_LAYOUT_ARCHS,
+    EXPERTS_ASSERTED,
     GENERAL_KEY_TYPES,
+    HEAD_SIZES_ASSERTED,
     HYBRID_ARCHITECTURES,
     INT_ARRAY_TYPES,
+    MTP_ONLY_PROBE_ARCHS,
     NO_HEADS_ARCHS,
     NO_ROLLBACK_ARCHITECTURES,
     NROT_MUST_MATCH,
@@ -80,6 +83,7 @@ class _Validator:
         self.n_head_kv: list[int] = []
         self.head_k = self.head_v = self.n_rot = 0
         self.n_vocab: int | None = None
+        self.nextn = 0
 
     def fail(self, problem: str) -> ModelFileError:
         return ModelFileError(f"{self.label}: {problem}")
@@ -163,6 +167,7 @@ class _Validator:
         self.check_architecture()
         self.check_key_types()
         self.check_hparams()
+        self.check_graph_asserts()
         self.check_vocab()
         self.check_tensors()
 
@@ -237,6 +242,10 @@ class _Validator:
         nextn = self.md.get(self.key(K.LLM.NEXTN_PREDICT_LAYERS))
         if isinstance(nextn, int) and nextn > self.n_layer:  # llama.cpp asserts it at every load: an abort
             raise self.fail(f"{self.key(K.LLM.NEXTN_PREDICT_LAYERS)} is {nextn}, more than the {self.n_layer} blocks")
+        if isinstance(nextn, int) and nextn == self.n_layer:  # a trunk of no layers: llama.cpp crashes running it
+            raise self.fail(f"{self.key(K.LLM.NEXTN_PREDICT_LAYERS)} is {nextn}: all its blocks are MTP heads and it "
+                            "has no trunk to run (a file of heads alone, for another model's trunk?)")
+        self.nextn = nextn if isinstance(nextn, int) else 0
 
         n_expert = int(self.md.get(self.key(K.LLM.EXPERT_COUNT), 0))  # type: ignore[call-overload]
         n_used = int(self.md.get(self.key(K.LLM.EXPERT_USED_COUNT), 0))  # type: ignore[call-overload]
@@ -276,6 +285,27 @@ class _Validator:
             self.n_rot = int(rot)  # type: ignore[call-overload]
         if n_head0 and self.arch in NROT_MUST_MATCH and self.n_rot != self.head_k:
             raise self.fail(f"{self.key(K.Rope.DIMENSION_COUNT)} is {self.n_rot} but the head size is {self.head_k} (llama.cpp: invalid n_rot)")
+
+    def check_graph_asserts(self) -> None:
+        """What the loader or the graph of the MTP architectures asserts of the
+        hyper-parameters (an abort at load, or when a context is made)."""
+        if self.arch in EXPERTS_ASSERTED and self.n_expert == 0:
+            raise self.fail(f"{self.key(K.LLM.EXPERT_COUNT)} is 0; {self.arch} is a mixture of experts (llama.cpp "
+                            "asserts experts)")
+        rot = HEAD_SIZES_ASSERTED.get(self.arch)
+        if rot is not None and self.head_k and self.head_k != self.head_v:
+            raise self.fail(f"its key heads ({self.head_k}) and value heads ({self.head_v}) differ in length; "
+                            f"llama.cpp's {self.arch} graph asserts they do not")
+        if rot and self.head_k and self.n_rot != self.head_k:
+            raise self.fail(f"{self.key(K.Rope.DIMENSION_COUNT)} is {self.n_rot} but the head size is {self.head_k}; "
+                            f"llama.cpp's {self.arch} graph asserts they are equal")
+        if self.arch == "deepseek2" and self.head_k:
+            mla = self.md.get(self.key(K.Attention.KEY_LENGTH_MLA))
+            mla_v = self.md.get(self.key(K.Attention.VALUE_LENGTH_MLA))
+            k = int(mla) if isinstance(mla, int) and mla and isinstance(mla_v, int) and mla_v else self.head_k
+            if k - self.n_rot < 1:  # n_embd_head_qk_nope >= 1, asserted by its loader
+                raise self.fail(f"its key heads ({k}) are no longer than their rotary part ({self.n_rot}); llama.cpp's "
+                                "deepseek2 loader asserts they are")
 
     def check_vocab(self) -> None:
         """The tokenizer metadata llama.cpp's vocabulary loader reads, then the rules its
@@ -341,6 +371,9 @@ class _Validator:
         if layers and len(layers) != self.n_layer:
             missing = min(set(range(self.n_layer)) - layers)
             raise self.fail(f"the model has {self.n_layer} layers but there are no tensors for layer {missing}")
+        if self.nextn > 0 and self.arch in MTP_ONLY_PROBE_ARCHS and "blk.0.attn_norm.weight" not in names:
+            raise self.fail("it declares MTP heads but has no 'blk.0.attn_norm.weight': llama.cpp would take it for a "
+                            "file of heads alone and load its trunk without checking a tensor of it")
         if self.arch in EXACT_LAYOUT_ARCHS and self.n_expert == 0:
             self.check_exact_layout(names)
 

@@ -17,9 +17,13 @@ into ``<cache>/models--org--repo/blobs/<etag>.incomplete``, under the same lock 
 call continues it with a ``Range`` request. When the part is complete and its sha256
 matches the one the repo's listing gives (or, without one, the etag when that is a
 sha256, as on the Hub; a mirror's etag may be any token) it becomes ``blobs/<etag>``,
-and ``hf_hub_download`` (which finds the blob and downloads nothing) writes the
-``refs`` and the snapshot link, so the cache layout stays huggingface_hub's. No HTTP
-is done here by hand.
+and that very blob is linked into ``snapshots/<commit>/<file>`` and the revision's
+``refs`` written, with huggingface_hub's own helpers, so the cache layout stays
+huggingface_hub's. Placing it sends no request: ``hf_hub_download`` would send its own
+``HEAD`` and, had the file changed since (a repo updated during a long download, a
+hostile mirror), download another copy itself, unchecked and unbounded. Every part of
+a split model is resolved at the commit the first part was, and placed under it. No
+HTTP is done here by hand.
 
 A part's size is the listing's (or the ``HEAD``'s when the listing has none; the two
 must agree). The partial file is never written past it: a server that sends more is
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -61,6 +66,8 @@ from ..gguf import read_gguf, validate_gguf
 from .errors import DownloadError, _map_error, _network_error_types, _offline_error_types, _one_line
 from .location import _cache_path, _endpoint_now
 from .repo import HubFile, HubModelFile
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
 CancelCheck = Callable[[], bool]
@@ -343,21 +350,39 @@ def _fetch_blob(part: _Part, report: Callable[[int], None], cancel: CancelCheck 
         os.replace(part.partial, part.blob)
 
 
-def _place(repo_id: str, part: _Part, revision: str, token: str | None, ep: str, cache: Path,
-           report: Callable[[int], None], cancel: CancelCheck | None) -> Path:
-    """Let huggingface_hub link the finished blob into the snapshot and write the ref."""
-    from huggingface_hub import hf_hub_download
+def _place(part: _Part, cache: Path, cancel: CancelCheck | None) -> Path:
+    """Link the verified blob into its snapshot, as huggingface_hub's cache has it
+    (``snapshots/<commit>/<file>`` -> ``../../blobs/<etag>``), under the blob's lock.
+    Sends no request: what is placed is exactly what was checked."""
+    from huggingface_hub.file_download import _create_cachedir_tag, _create_symlink
 
-    path = Path(hf_hub_download(repo_id, part.file.filename, revision=revision, cache_dir=cache, endpoint=ep,
-                                token=token, tqdm_class=_progress_class(report, cancel)))  # type: ignore[arg-type]
-    if not path.is_symlink() and part.blob.exists():
-        # No symlinks here (Windows without developer mode): huggingface_hub copied the blob
-        # into the snapshot. Its own downloads move the blob there instead; do the same.
+    part.pointer.parent.mkdir(parents=True, exist_ok=True)
+    _create_cachedir_tag(cache)  # as hf_hub_download tags the cache for backup tools
+    with _lock(part.lock, cancel):
+        if not part.pointer.exists():
+            _create_symlink(str(part.blob), str(part.pointer), new_blob=False)
+    if not part.pointer.is_symlink() and part.blob.exists():
+        # No symlinks here (Windows without developer mode): the blob was copied into the
+        # snapshot. huggingface_hub's own downloads move the blob there instead; do the same.
         try:
             part.blob.unlink()
         except OSError:
             pass
-    return path
+    return part.pointer
+
+
+def _write_ref(storage: Path, revision: str, commit: str, ep: str) -> None:
+    """``refs/<revision>`` names the commit a branch or tag was downloaded at (as
+    hf_hub_download writes it; nothing for a commit hash itself)."""
+    from huggingface_hub.file_download import _cache_commit_hash_for_specific_revision
+
+    if revision == commit:
+        return
+    _confine(storage / "refs" / revision, storage / "refs", revision, ep)
+    try:
+        _cache_commit_hash_for_specific_revision(str(storage), revision, commit)
+    except OSError as e:  # a read-only cache: the files are there, found by commit if not by name
+        log.warning("could not record %s's commit in %s: %s", revision, storage / "refs", e)
 
 
 def _validate(paths: list[Path], model_file: HubModelFile) -> None:
@@ -469,8 +494,7 @@ def download(
             else:
                 _check_cancel(cancel)
                 _fetch_blob(part, report, cancel)
-                # the first part with the requested revision (writes refs/<rev>), the others pinned
-                path = _place(repo_id, part, rev if i == 0 else part.commit, token, ep, cache, report, cancel)
+                path = _place(part, cache, cancel)  # every part at the first one's commit
                 created.append(path)
                 paths.append(path)
                 report(part.size or 0)
@@ -489,6 +513,7 @@ def download(
     except ModelFileError as e:
         _discard(created)
         raise DownloadError(f"{name} from {repo_id} is not a usable GGUF model and was removed: {e}") from e
+    _write_ref(storage, rev, parts[0].commit, ep)  # the revision names it once it is known to be good
     return paths[0]
 
 

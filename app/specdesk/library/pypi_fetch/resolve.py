@@ -60,6 +60,9 @@ log = logging.getLogger(__package__)
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 _JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 _HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
+#: The most bytes read of one page of links: a project's page on PyPI is a few MiB at most,
+#: and a page that goes on (a broken or hostile index) must not fill the memory.
+MAX_PAGE_BYTES = 64 << 20
 # pip's preference: strong hashes first; it also accepts the weak ones an old index may give
 _HASHES = ("sha256", "sha384", "sha512", "sha224", "sha1", "md5")
 
@@ -92,7 +95,9 @@ def _remote_page(net: _Net, url: str, source: Index, subject: str, missing: str)
 
     def get():
         with net.open(url, _ACCEPT, any_host=source.setting == ENV_OVERRIDE) as r:
-            return r.read(), r.headers.get_content_type(), r.headers.get_content_charset() or "utf-8", r.geturl()
+            # one byte past the limit is all that is ever read
+            body = r.read(MAX_PAGE_BYTES + 1)
+            return body, r.headers.get_content_type(), r.headers.get_content_charset() or "utf-8", r.geturl()
 
     try:
         body, ctype, charset, final = net.retrying(get)
@@ -103,6 +108,9 @@ def _remote_page(net: _Net, url: str, source: Index, subject: str, missing: str)
                 raise _Miss(missing) from None
             raise _Miss(f"answered HTTP {e.code} {e.reason}{subject}{net.via(url)}{net.refused(url, e.code)}{tries}") from None
         raise _Miss(f"could not be reached{net.via(url)}: {net.why(e)}{tries}") from None
+    if len(body) > MAX_PAGE_BYTES:
+        raise _Miss(f"answered a page larger than {MAX_PAGE_BYTES >> 20} MiB{subject}, the most SpecDesk reads of a "
+                    "page of links; stopped there")
     try:
         if ctype == _JSON_TYPE:
             return _parse_json(json.loads(body.decode("utf-8")), final)
