@@ -141,11 +141,14 @@ def test_exploring_stays_within_its_budget():
 def test_the_entry_prefill_is_charged_but_does_not_block_the_first_probe():
     auto = AutoK()
     _drive(auto, machine(), auto.first_steps)
-    auto.observe_prefill(100, 1.0)  # far over 2.5% of 200 tokens at 0.1 s
-    assert auto.spent == 1.0 > auto.allowance(200)
+    auto.observe_prefill(300, 0.9)  # far over 2.5% of 200 tokens at 0.1 s
     assert auto.budget("draft", 2, 200) > 0 and auto.take_decision().reason == PROBE
-    # once the source was measured, the spending counts again
+    # the probe's draft call prices a decode (3.3 ms: a draft of 2 decodes 3 tokens): the
+    # prefill's 3 ms a token is no one-off, and is charged; once the source was measured,
+    # the spending counts
     _step(auto, machine(hidden_per_token=0.02), limit=200)
+    assert auto.spent > 0.7 > auto.allowance(200)  # 0.9 s, less what the probe won
+    assert auto.catch_up.n == 1 and auto.catch_up.value == 0.003
     assert auto.budget("draft", 2, 200) == 0
 
 
