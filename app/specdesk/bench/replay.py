@@ -59,6 +59,17 @@ def _costs(d: dict, where: str) -> ModelCosts:
                             f"first_call_ms, first_shape_ms >= 0, spike_share in [0, 1], spike_times >= 1 ({e})") from None
 
 
+def scaled(profile: Profile, factor: float) -> Profile:
+    """``profile`` on a device ``factor`` times slower (every batch and change of shape;
+    not the one-offs, which :func:`with_one_offs` sets in milliseconds)."""
+    def mul(c: ModelCosts) -> ModelCosts:
+        return replace(c, batch={n: s * factor for n, s in c.batch.items()}, shape_change=c.shape_change * factor,
+                       prefill_per_token=None if c.prefill_per_token is None else c.prefill_per_token * factor)
+
+    name = profile.name if factor == 1 else f"{profile.name} x{factor:g}"
+    return replace(profile, name=name, target=mul(profile.target), draft=mul(profile.draft))
+
+
 def with_one_offs(profile: Profile, *, first_call_ms: float = 0.0, first_shape_ms: float = 0.0,
                   spike_share: float = 0.0, spike_times: float = 1.0) -> Profile:
     """``profile`` with these one-offs on both models (the name says which)."""

@@ -34,7 +34,7 @@ from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, Proposer, TranslatedDraftProposer, registry
 from ..speculative.stats import Stats
-from . import costcache, remote
+from . import costcache, remote, warmup
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .mtp import TargetHeads
@@ -209,6 +209,10 @@ class Session:
         self._kv_owner: str | None = None
         self._kv_left: tuple | None = None
         self._histories: OrderedDict[str, HistoryProposer] = OrderedDict()
+        # Warm each context a generation runs before anything is timed (see
+        # session.warmup; False: --no-warmup), and the (context, shape) pairs warmed.
+        self.warmup = True
+        self.warmed: set[tuple[str, tuple]] = set()
 
     @contextlib.contextmanager
     def lease(self) -> Iterator["Session"]:
@@ -471,6 +475,8 @@ class Session:
             controller = self.make_controller(config)
             if owner is not None and not (owner == self._kv_owner and self._kv_left == self._contexts_now()):
                 self.reset()  # another's tokens (or some left by a generation cut short): start afresh
+            if self.warmup:
+                warmup.warm(self, config)  # what this configuration runs, once: nothing timed pays a first call
             self._kv_owner, self._kv_left = owner, None  # what it leaves is recorded only when it ends
             rng = np.random.default_rng(config.seed)
             answer: list[int] = []
@@ -520,15 +526,13 @@ class Session:
         if self.draft is not None:
             self.draft.ctx.rollback(0)
 
-    def warm_up(self, n: int = 8) -> None:
-        """Touch every weight once (mmap page-in) so the first timed run is not a cold one."""
-        for lm in (self.target, self.draft):
-            if lm is None:
-                continue
-            toks = lm.model.tokenize("Warm up the model.", add_special=True)[:n] or [0]
-            lm.ctx.prefill(toks)
-            lm.ctx.eval([toks[-1]], all_rows=False)
-            lm.ctx.rollback(0)
+    def warm_up(self, config: GenerationConfig | None = None) -> float:
+        """Warm the contexts ``config`` runs with the batch shapes its loop will use
+        (None: the target and draft with auto's), untimed, so that no timed figure and
+        nothing auto learns carries a first call (see :mod:`.warmup`); a generation does
+        it itself unless ``warmup`` is False. Returns the seconds it took."""
+        with self.lease():
+            return warmup.warm(self, config)
 
     # -- memory -------------------------------------------------------------------
 

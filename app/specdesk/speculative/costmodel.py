@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 
 #: A measurement more than this many times its cost as known is held until the next
-#: one says whether it was a one-off (see :class:`RunningCost`).
+#: one says whether it was a one-off (see :class:`RunningCost`); a first measurement,
+#: more than FAR_FIRST times what the prior expected of it.
 FAR = 4.0
+FAR_FIRST = 3.0
 
 
 class RunningCost:
@@ -34,7 +36,10 @@ class RunningCost:
     With ``far``, a measurement more than ``far`` times the cost as known (a page fault,
     a GC pause, another process's burst: one call) is held, not taken: the next one
     re-measures it. Far too, both are taken (the cost moved); near, the held one is
-    dropped as a one-off. One call cannot move the cost by itself."""
+    dropped as a one-off. One call cannot move the cost by itself, nor set it at more
+    than ``FAR_FIRST`` times what the prior expected (a single measurement would
+    otherwise price every draft length, and one that says none can pay is never
+    re-measured)."""
 
     def __init__(self, warm: int = 8, decay: float = 0.15, far: float | None = None) -> None:
         self.n = 0
@@ -57,7 +62,7 @@ class RunningCost:
         ref = self.value if self.n else prior
         if self.far is not None and ref:
             held, self.held = self.held, None
-            if x > self.far * ref:
+            if x > (self.far if self.n else min(self.far, FAR_FIRST)) * ref:
                 if held is None:
                     self.held = x  # one far call: re-measured before it counts
                     return

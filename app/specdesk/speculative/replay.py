@@ -108,6 +108,40 @@ class ReplayText:
         return t
 
 
+class Device:
+    """What a replayed device charges one context's decodes: each batch's cost, a
+    change of shape (tokens, rows of logits) from the last one, the one-offs (the
+    context's first decode, a shape's first use) and a spike where the seeded stream
+    draws one."""
+
+    def __init__(self, costs: ModelCosts, seed: int = 1) -> None:
+        self.costs = costs
+        self.calls = 0  # decodes, warm-up's included
+        self.shape = (0, 0)
+        self.shapes: set[tuple[int, int]] = set()  # the shapes set up (their first use paid)
+        self._spikes = np.random.default_rng((seed, 17))
+
+    def decode(self, shape: tuple[int, int]) -> tuple[float, bool]:
+        """The seconds a decode of ``shape`` costs now, and whether it paid a set-up
+        (flagged as the engine flags a shape's first use, where the profile has one)."""
+        c = self.costs
+        seconds = c(shape[0])
+        if shape != self.shape and self.shape[0] > 0:
+            seconds += c.shape_change
+        first = shape not in self.shapes
+        if first:
+            self.shapes.add(shape)
+            seconds += c.first_shape
+        if not self.calls:
+            seconds += c.first_call
+        setup = first and (c.first_shape > 0 or (not self.calls and c.first_call > 0))
+        if c.spike_share and self._spikes.random() < c.spike_share:
+            seconds *= c.spike_times
+        self.calls += 1
+        self.shape = shape
+        return seconds, setup
+
+
 class ReplayBackend:
     """A target (``acceptance`` None: always right) or a draft model (right at each
     position with probability ``acceptance``) over ``text``, costing ``costs`` on
@@ -131,10 +165,7 @@ class ReplayBackend:
         self.last_reshape_seconds = 0.0
         self._timer = ShapeTimer()  # what the engine learns of its own shape changes, learnt the same way
         self.evaluated = 0
-        self.calls = 0  # decodes, warm-up's included
-        self._shape = (0, 0)
-        self._shapes: set[tuple[int, int]] = set()  # the shapes set up (their first use paid)
-        self._spikes = np.random.default_rng((seed, 17))
+        self.device = Device(costs, seed)
         self._rows = np.zeros((64, text.n_vocab), dtype=np.float32)
         self._set: list[tuple[int, int]] = []  # (row, column) set in _rows
         self._right: dict[int, bool] = {}
@@ -196,24 +227,7 @@ class ReplayBackend:
         return out
 
     def _seconds(self, shape: tuple[int, int]) -> float:
-        """What a decode of ``shape`` costs now: its batch, a change of shape, the
-        one-offs, and a spike where the seeded stream draws one."""
-        c = self.costs
-        seconds = c(shape[0])
-        if shape != self._shape and self._shape[0] > 0:
-            seconds += c.shape_change
-        first = shape not in self._shapes
-        if first:
-            self._shapes.add(shape)
-            seconds += c.first_shape
-        if not self.calls:
-            seconds += c.first_call
-        # flagged where it cost a set-up (as the engine flags every first shape: it has one)
-        self.last_batch_first = first and (c.first_shape > 0 or (not self.calls and c.first_call > 0))
-        if c.spike_share and self._spikes.random() < c.spike_share:
-            seconds *= c.spike_times
-        self.calls += 1
-        self._shape = shape
+        seconds, self.last_batch_first = self.device.decode(shape)
         return seconds
 
     def warm_up(self, shapes: Sequence[tuple[int, int]]) -> float:

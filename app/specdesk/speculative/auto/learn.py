@@ -49,14 +49,16 @@ class Measurements:
         cheapest of the last few (a one-off only makes a call dearer: what condemns a
         source must not rest on one); a prefill not confirmed yet at most the draft's
         single decode (a batch costs no more per token than its tokens one by one,
-        beyond a one-off); else a share of a draft step."""
+        beyond a one-off), or before one was measured the prior; else the prior, a share
+        of a draft step."""
         cu = self._catch_up()
         if cu.n:
             return min(cu.value, min(self.recent)) if least and self.recent else cu.value
-        if self.prefill is not None:
+        prior = self.prior_catch_up_share * self._costs().draft_cost(1)
+        if self.prefill is not None:  # one call, maybe the draft's first: no dearer than a yardstick says
             one = self.single_decode()
-            return self.prefill.per_token if one is None else min(self.prefill.per_token, one)
-        return self.prior_catch_up_share * self._costs().draft_cost(1)
+            return min(self.prefill.per_token, prior if one is None else one)
+        return prior
 
     def catch_up_price(self, behind: int | None, least: bool = False) -> float:
         """Seconds the draft model needs to catch up on ``behind`` tokens, beyond the
@@ -147,14 +149,16 @@ def observe(auto, cost: StepCost) -> None:
     t = auto.target_alone()
     if t is None:
         return
-    # a step far dearer than its components predict is held until the next of its kind
+    # a step far dearer than its components predict is held from the budget until the next
+    # of its kind (the judge sees it whole: it weighs outcomes, and clips a step far off
+    # its own mean)
     expected = expected + caught_up if expected > 0 else 0.0
     seconds, confirmed = auto.oneoffs.take(judge_key(d.arm, k), cost.step_seconds, expected, cost.verify_setup)
     auto.explore.charge(seconds + confirmed - cost.emitted * t[0])  # what drafting cost, or won (< 0)
     if d.reason != EXPLORE:  # the band a person is shown: one its judge has seen
         auto._last_band[d.arm] = band(k, dsrc)
     auto._last_k[d.arm] = k
-    auto.judges.add(d.arm, k, auto._kmax(dsrc), cost.emitted, seconds, caught_up, auto._t,
+    auto.judges.add(d.arm, k, auto._kmax(dsrc), cost.emitted, cost.step_seconds, caught_up, auto._t,
                     judged=d.reason != EXPLORE)  # the judge weighs drafting where the estimate says it pays
 
 

@@ -62,9 +62,12 @@ class AutoK:
     # A k drafted last stays while another is estimated at most this much cheaper: each
     # change of k changes the verify batch's shape, which a GPU pays for.
     keep_k: float = 0.03
-    # A call (a step, a prefill) more than this many times what it was expected to cost
-    # is held until the next of its kind says whether it was a one-off (see .oneoff).
+    # A prefill more than this many times the catch-ups' price, or a drafting step more
+    # than ``far_step`` times what the prior predicts, is held until the next of its kind
+    # says whether it was a one-off (see .oneoff): the budget of a short answer is a few
+    # steps' worth, and one slowed step must not spend it.
     far: float = FAR
+    far_step: float = 2.0
 
     def __post_init__(self) -> None:
         self.reference = TargetAlone(self.floor_cv, self.decay_target, self.spike, self.stale_steps)
@@ -83,7 +86,7 @@ class AutoK:
         self.measured = learn.Measurements(lambda: self.costs, lambda: self.catch_up, self.prior_catch_up_share)
         self._after_draft = False  # the draft model ran since the last target step
         self._after_prefill = False  # ... and that was the prompt's prefill
-        self.oneoffs = OneOffs(self.far)
+        self.oneoffs = OneOffs(self.far_step)
 
     def _kmax(self, source: Source) -> int:
         return self.k_max_ngram if source.is_lookup else self.k_max
