@@ -41,7 +41,7 @@ def runs(request, smol_path):
 def test_default_generate_drafts_long_after_a_slow_first_call(runs):
     d = rt.decisions(runs["auto"])
     assert d["drafting"] >= 0.6 * d["steps"], d
-    assert d["longest_k"] >= 12, d
+    assert d["longest_k"] >= 8, d  # past the short drafts it starts with (k=2), in a 128-token answer
     assert not any("too dear" in why or "budget spent" in why for why in d["reasons"]), d
     assert rt.speed(runs["auto"]) > 1.3 * rt.speed(runs["none"])
     fixed = runs["k=32"]
@@ -72,4 +72,4 @@ def test_without_the_warm_up_auto_is_not_stopped_by_the_slow_first_call(runs):
 def test_without_a_slow_first_call_auto_still_drafts_long(smol_path):
     res = rt.run_one(profile("h200-7b-d1l", first_call_ms=0.0), "auto", model=smol_path, tokens=TOKENS)
     d = rt.decisions(res)
-    assert d["drafting"] >= 0.6 * d["steps"] and d["longest_k"] >= 12, d
+    assert d["drafting"] >= 0.6 * d["steps"] and d["longest_k"] >= 8, d
