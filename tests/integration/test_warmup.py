@@ -9,7 +9,8 @@ import pytest
 
 from specdesk.session import GenerationConfig, ModelSpec, Session
 from specdesk.session.warmup import on_device
-from specdesk.speculative.warmup import PROMPT_BATCH, draft_shapes, target_shapes
+from specdesk.speculative.proposers.registry import MTP_HEADS
+from specdesk.speculative.warmup import PROMPT_BATCH, target_shapes
 
 
 @pytest.fixture()
@@ -51,8 +52,7 @@ def test_a_generation_warms_what_its_configuration_runs_once(fresh):
     cfg = GenerationConfig(proposer="draft", k="auto", max_tokens=8)
     prompt = fresh.raw_prompt("Count: one, two, three,")
     steps = list(fresh.generate(prompt, cfg))
-    assert fresh.warmed == ({("target", s) for s in target_shapes("auto", False)}
-                            | {("draft", s) for s in draft_shapes()})
+    assert fresh.warmed == {("target", s) for s in target_shapes("auto", False)} | {("draft model", ())}
     st = steps[-1].stats
     # the answer's own figures: its prompt and its steps, nothing of the warm-up
     assert fresh.target.ctx.evaluated == st.prompt_evaluated - 1 + sum(s.drafted + 1 for s in steps if s.tokens)
@@ -87,10 +87,10 @@ def test_the_mtp_heads_context_is_warmed_when_they_will_draft(tmp_path, chained)
         prompt = s.raw_prompt("one two three four")
         s.target.ctx.prefill(prompt[:-1], logits=False)
         s.warm_up(GenerationConfig(proposer="none"))
-        assert ("mtp", ()) not in s.warmed  # target alone: no heads' context made
+        assert (MTP_HEADS.name, ()) not in s.warmed  # target alone: no heads' context made
         assert s.warm_up(GenerationConfig(proposer="mtp")) > 0
-        assert ("mtp", ()) in s.warmed
-        heads = s.mtp.heads(s.target.model, s.target.ctx)
+        assert (MTP_HEADS.name, ()) in s.warmed
+        heads = s.sources[MTP_HEADS].heads()
         assert heads.native_seconds == 0.0 and heads.history == [] and s.target.ctx.evaluated == len(prompt) - 1
         # making the heads rolled the target back to where its hidden states are known (none
         # were kept before), as a first answer with them does; the warm-up left it there

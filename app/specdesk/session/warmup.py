@@ -6,9 +6,9 @@ graph captured; on a CPU: the weights' pages read in). See
 :mod:`specdesk.speculative.warmup` for the shapes, and llama.cpp's own warm-up
 (``common_init_from_params``, ``--no-warmup``).
 
-Each (context, shape) is warmed once per session: a later call for the same
-configuration costs nothing, one for another configuration warms only what is new
-(a draft length's verify batch, the draft model, the MTP heads' context).
+Each target shape and each draft source is warmed once per session: a later call for
+the same configuration costs nothing, one for another configuration warms only what is
+new (a draft length's verify batch, the draft model, the MTP heads' context).
 """
 
 from __future__ import annotations
@@ -16,23 +16,17 @@ from __future__ import annotations
 import logging
 
 from ..speculative.proposers import registry
-from ..speculative.warmup import draft_shapes, target_shapes
+from ..speculative.warmup import target_shapes
 from .config import GenerationConfig
+from .sources import warm_up_context
 
 log = logging.getLogger(__name__)
 
-#: The text whose tokens fill the warm-up's batches.
-WARM_TEXT = "Warm up the model before anything is timed."
-
-
 def on_device(lm) -> bool:
-    """Whether any of the loaded model's (``lm``, a :class:`~.core.LoadedModel`) or its context's buffers is on a GPU (or another
-    machine's device): there the one-offs are large, and every kernel class is warmed."""
+    """Whether any of the buffers of the loaded model ``lm`` (a :class:`~.core.LoadedModel`)
+    or of its context is on a GPU (or another machine's device): there the one-offs are
+    large, and every kernel class is warmed."""
     return any(b.on_gpu or b.remote for b in list(lm.model.buffers) + list(lm.ctx.buffers))
-
-
-def _tokens(lm) -> list[int]:
-    return lm.model.tokenize(WARM_TEXT, add_special=True) or [0]
 
 
 def _draft_length(config: GenerationConfig | None) -> int | str | None:
@@ -42,29 +36,28 @@ def _draft_length(config: GenerationConfig | None) -> int | str | None:
     return None if registry.kind(config.proposer).baseline else config.k
 
 
-def _warm(session, role: str, lm, shapes: list[tuple[int, int]]) -> float:
-    new = [s for s in shapes if (role, s) not in session.warmed]
-    if not new:
-        return 0.0
-    seconds = lm.ctx.warm_up(new, _tokens(lm))
-    session.warmed.update((role, s) for s in new)
-    return seconds
+def _needs(session, config: GenerationConfig | None) -> list:
+    """The sources ``config`` drafts with (None: every one the session has that can)."""
+    if config is None:
+        return [n for n, src in session.sources.items() if src.refusal() is None]
+    need = registry.kind(session.proposer_name(config)).needs
+    return [need] if need is not None and need in session.sources and session.sources[need].refusal() is None else []
 
 
 def warm(session, config: GenerationConfig | None = None) -> float:
-    """Warm what ``config`` runs on ``session`` (a :class:`~.core.Session`; None: the target and the draft model, if loaded, with
-    ``auto``'s shapes; the MTP heads too where no draft model is loaded and they can
-    draft, as the advisor then calibrates them); returns the seconds it took. The
+    """Warm what ``config`` runs on ``session`` (a :class:`~.core.Session`): the target
+    with the shapes its loop will use, and the source it drafts with (its
+    ``DraftSource.warm_up``); None: the target with ``auto``'s shapes and every source
+    that can draft (a calibration measures them). Returns the seconds it took. The
     caller holds the session's lease."""
     t = session.target
-    seconds = _warm(session, "target", t, target_shapes(_draft_length(config), on_device(t)))
-    kind = registry.kind(config.proposer) if config is not None else None
-    if session.draft is not None and (kind is None or kind.needs_draft):
-        seconds += _warm(session, "draft", session.draft, draft_shapes())
-    heads = kind.needs_mtp if kind is not None else session.draft is None and session.mtp.refusal() is None
-    if heads and ("mtp", ()) not in session.warmed and session.mtp.refusal() is None:
-        seconds += session.mtp.heads(t.model, t.ctx).warm_up(_tokens(t)[:16])
-        session.warmed.add(("mtp", ()))
+    shapes = [s for s in target_shapes(_draft_length(config), on_device(t)) if ("target", s) not in session.warmed]
+    seconds = warm_up_context(t.model, t.ctx, shapes) if shapes else 0.0
+    session.warmed.update(("target", s) for s in shapes)
+    for need in _needs(session, config):
+        if (need.name, ()) not in session.warmed:
+            seconds += session.sources[need].warm_up() or 0.0
+            session.warmed.add((need.name, ()))
     if seconds:
         log.info("warmed up in %.2f s", seconds)
     return seconds
