@@ -5,10 +5,14 @@ no model runs), against every fixed k and target alone, as ratios from one run.
     .venv/bin/python tools/replay.py                                  # the H200 profiles and this CPU's
     .venv/bin/python tools/replay.py --profiles h200-7b-d1l --ks 8,16,24,32 --rounds 6
     .venv/bin/python tools/replay.py --real                           # the host's own time counts too
+    .venv/bin/python tools/replay.py --first-call-ms 300 --spikes 0.01:20   # a device's one-offs, no warm-up
 
 Profiles are :mod:`specdesk.bench.replay`'s (``specdesk/data/replay``) or a JSON file of
 the same form. By default the clock counts only the replayed devices' seconds
 (deterministic); with ``--real`` the loop's own Python counts as well, as beside a GPU.
+``--first-call-ms``, ``--first-shape-ms`` and ``--spikes SHARE:TIMES`` add a device's
+one-offs (each context's first decode, each batch shape's first use, that share of the
+calls that many times slower); ``--warm-up`` pays them first, as a session's warm-up does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 
-from specdesk.bench.replay import load_profile, profile_names, report, run_replay  # noqa: E402
+from specdesk.bench.replay import load_profile, profile_names, report, run_replay, with_one_offs  # noqa: E402
 
 
 def main() -> int:
@@ -33,12 +37,19 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--real", action="store_true", help="count the host's own time as well")
     ap.add_argument("--vocab", type=int, default=4096, help="logits per row (151936: Qwen's, for the host's real cost)")
+    ap.add_argument("--first-call-ms", type=float, default=0.0, help="each context's first decode costs this much more")
+    ap.add_argument("--first-shape-ms", type=float, default=0.0, help="each batch shape's first use costs this much more")
+    ap.add_argument("--spikes", default="", metavar="SHARE:TIMES", help="that share of the calls that many times slower")
+    ap.add_argument("--warm-up", action="store_true", help="warm the contexts first, as a session does")
     args = ap.parse_args()
+    share, _, times = args.spikes.partition(":")
     ks = [int(k) for k in args.ks.split(",") if k]
     for name in args.profiles.split(","):
         t0 = time.perf_counter()
-        res = run_replay(load_profile(name), ks, rounds=args.rounds, answers=args.answers, tokens=args.tokens,
-                         real=args.real, n_vocab=args.vocab)
+        p = with_one_offs(load_profile(name), first_call_ms=args.first_call_ms, first_shape_ms=args.first_shape_ms,
+                          spike_share=float(share or 0), spike_times=float(times or 1))
+        res = run_replay(p, ks, rounds=args.rounds, answers=args.answers, tokens=args.tokens, real=args.real,
+                         n_vocab=args.vocab, warm_up=args.warm_up)
         print(report(res))
         print(f"  ({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -275,10 +275,28 @@ def test_settings_dialog_flags_reload_and_round_trips(qtbot, window):
     assert "reloads" in dlg.reload_note.text()
     dlg.auto_k.setChecked(False)
     dlg.k.setValue(6)
+    assert dlg.warmup.isChecked() and "Off:" in dlg.warmup.toolTip()
+    dlg.warmup.setChecked(False)
     v = dlg.value()
-    assert v.n_ctx == 8192 and v.k == 6 and not v.auto_k
+    assert v.n_ctx == 8192 and v.k == 6 and not v.auto_k and not v.warmup
     assert ChatSettings.from_dict(v.to_dict()) == v
     dlg.close()
+
+
+def test_a_load_warms_the_pair_for_the_chat_and_the_setting_turns_it_off(qtbot, window, smol_path, smol_draft_path):
+    """The load warms what the chat will run (the draft model too) before the pair is
+    handed over; with the setting off, neither the load nor the answers warm anything."""
+    w = window
+    w.apply_settings(ChatSettings(proposer="draft", max_tokens=8))
+    s = load(qtbot, w, smol_path, smol_draft_path)
+    assert {role for role, _ in s.warmed} == {"target", "draft model"} and s.warmup
+    assert s.target.ctx.evaluated == 0 and s.auto.costs.verify == {}  # nothing counted of it
+    w.apply_settings(ChatSettings(proposer="draft", max_tokens=8, warmup=False))
+    assert not s.warmup
+    s = load(qtbot, w, smol_path, smol_draft_path)
+    assert s.warmed == set() and not s.warmup
+    ask(qtbot, w, "Hi")
+    assert s.warmed == set()
 
 
 def test_empty_state_without_models(qtbot, tmp_path, monkeypatch):

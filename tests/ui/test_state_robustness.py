@@ -43,7 +43,9 @@ def test_every_stored_setting_is_checked_against_the_range_its_widget_accepts(qt
     past 2**31 - 1 made the dialog's QSpinBox overflow, k = 64 was shown as 16."""
     d = ChatSettings()
     names = {f for f in d.to_dict()} - {LAYERS_FORMAT_KEY}  # a marker, not a setting
-    assert set(RANGES) | {"proposer", "auto_k", "rpc"} == names  # every setting has its check
+    assert set(RANGES) | {"proposer", "auto_k", "rpc", "warmup"} == names  # every setting has its check
+    caplog.clear()
+    assert ChatSettings.from_dict({"warmup": "no"}) == d  # a flag that is not true or false: the default
     for name in RANGES:
         for bad in _outside(name):
             caplog.clear()

@@ -1,6 +1,8 @@
 """The auto draft length: drafting judged by the realized cost per emitted token of its
 own steps, the component cost model as the prior, exploring within a budget."""
 
+import pytest
+
 from specdesk.speculative.controller import (
     BOUND,
     CATCH_UP,
@@ -141,11 +143,14 @@ def test_exploring_stays_within_its_budget():
 def test_the_entry_prefill_is_charged_but_does_not_block_the_first_probe():
     auto = AutoK()
     _drive(auto, machine(), auto.first_steps)
-    auto.observe_prefill(100, 1.0)  # far over 2.5% of 200 tokens at 0.1 s
-    assert auto.spent == 1.0 > auto.allowance(200)
+    auto.observe_prefill(300, 0.9)  # far over 2.5% of 200 tokens at 0.1 s
     assert auto.budget("draft", 2, 200) > 0 and auto.take_decision().reason == PROBE
-    # once the source was measured, the spending counts again
+    # the probe's draft call prices a decode (3.3 ms: a draft of 2 decodes 3 tokens): the
+    # prefill's 3 ms a token is no one-off, and is charged; once the source was measured,
+    # the spending counts
     _step(auto, machine(hidden_per_token=0.02), limit=200)
+    assert auto.spent > 0.7 > auto.allowance(200)  # 0.9 s, less what the probe won
+    assert auto.catch_up.n == 1 and auto.catch_up.value == 0.003
     assert auto.budget("draft", 2, 200) == 0
 
 
@@ -333,3 +338,40 @@ def test_target_alone_is_timed_again_while_drafting():
     refs = [i for i, d in enumerate(ds) if d.reason == REFERENCE]
     assert refs and refs[0] > 40
     assert sum(1 for d in ds if d.k) > 0.9 * len(ds)  # and it costs little
+
+
+def test_a_slow_first_prefill_is_held_until_a_catch_up_re_measures_it():
+    """The draft's prompt prefill was its first decode: 3 s for 100 tokens, where its
+    steady price is 1 ms a token. Held, it neither prices the catch-ups nor spends the
+    budget; the first catch-up measured finds it a one-off, charged at that price."""
+    auto = AutoK()
+    _drive(auto, machine(), auto.first_steps)
+    auto.observe_prefill(100, 3.0)
+    assert auto.spent == 0.0 and auto.catch_up.n == 0
+    assert auto.catch_up_price(50) < 0.1 * 48  # the prior's price, not the 30 ms a token of one call
+    assert auto.budget("draft", 2, 400) > 0  # nothing spent: the first probe runs
+    auto.take_decision()
+    _step(auto, machine(), limit=400)  # a draft call: 2.5 ms a decode, still far under 30 ms a token
+    assert auto.measured.prefill is not None and auto.spent < 0.1
+    # a draft of 2 after a catch-up of 10 tokens: 8 beyond the two every draft reads, at
+    # 1 ms a token beyond the draft's own call (measured at 10 ms for 2)
+    d = auto.decide("draft", 10, 400)._replace(k=2)
+    auto.observe(StepCost("draft", None, 2, 2, 0.010 + 0.008, 0.12, draft_synced=10, emitted=3,
+                          step_seconds=0.14, decision=d))
+    assert auto.measured.prefill is None and auto.oneoffs.dropped == 1
+    assert auto.catch_up.value == pytest.approx(0.001) and auto.spent < 0.2  # 100 tokens at 1 ms, not 3 s
+
+
+def test_a_step_far_dearer_than_predicted_is_held_from_the_budget_until_the_next():
+    auto = AutoK()
+    _drive(auto, machine(), 40)  # drafting pays: measured cheaper
+    spent = auto.spent
+    k = auto.budget("draft", 2, 400)
+    d = auto.take_decision()
+    emitted, step, verify, draft = machine()(k)
+    auto.observe(StepCost("draft", None, k, k, draft, verify, draft_synced=2, emitted=emitted, step_seconds=20 * step,
+                          decision=d))
+    assert auto.spent - spent < 2 * step  # at most twice what it was predicted to cost, for now
+    assert auto.oneoffs.held
+    _step(auto, machine())  # the next step of its band costs what it should: it was a one-off
+    assert not auto.oneoffs.held and auto.oneoffs.dropped == 1

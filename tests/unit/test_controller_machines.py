@@ -240,10 +240,12 @@ def test_the_drafts_prompt_prefill_measures_its_catch_up_cost():
     t = FakeBackend(tm, clock=clock, cost=GPU[0])
     d = FakeBackend(FakeModel(base=tm, seed=1, noise=0.3), clock=clock, cost=linear_cost(0.1, 0.01))
     auto = AutoK()
-    list(speculate(t, DraftModelProposer(d, t.n_vocab, p_min=0.0), auto, LONG_PROMPT, params=SamplingParams(),
-                   max_tokens=3, rng=np.random.default_rng(0), clock=clock))
+    steps = list(speculate(t, DraftModelProposer(d, t.n_vocab, p_min=0.0), auto, LONG_PROMPT, params=SamplingParams(),
+                           max_tokens=12, rng=np.random.default_rng(0), clock=clock))
     assert d.batches[0] == len(LONG_PROMPT) - 1  # a draft never tried evaluates the prompt up front
-    assert auto.catch_up.n >= 1
+    assert sum(s.drafted for s in steps) > 0
+    # its price a token, confirmed by the first draft's decodes (no one-off: 0.1 s + 0.01 a token beyond one)
+    assert auto.catch_up.n >= 1 and auto.catch_up.value == pytest.approx((0.1 + 0.01 * 30) / 31)
     # a draft measured dearer stays lazy: it does not evaluate the prompt
     auto = AutoK()
     simulate(CPU, auto)

@@ -1,5 +1,7 @@
 """The cost model's ceilings: what a draft that is always right could reach."""
 
+import pytest
+
 from specdesk.speculative.costmodel import CostModel
 
 
@@ -39,3 +41,42 @@ def test_no_bound_before_a_target_step_was_measured():
     # one step measured: unmeasured batches take the low prior slope (an optimistic
     # bound, which lets auto try a draft once and measure)
     assert _costs({1: 1.0}).perfect_draft_bound(8) > 2
+
+
+def test_one_far_measurement_is_held_until_the_next_says_whether_it_was_a_one_off():
+    """A page fault, a GC pause or another process's burst makes one call many times
+    dearer: taken, it would price every draft length for a while. Held, the next
+    measurement decides: near, it was a one-off; far too, the cost moved."""
+    from specdesk.speculative.costmodel import FAR, FAR_FIRST, RunningCost
+
+    rc = RunningCost(far=FAR)
+    rc.add(0.010)
+    rc.add(0.200)  # 20x: held
+    assert (rc.n, rc.value, rc.held) == (1, 0.010, 0.200)
+    rc.add(0.011)  # near: the held one was a one-off
+    assert rc.n == 2 and rc.value == pytest.approx(0.0105) and rc.held is None
+    rc.add(0.100)
+    rc.add(0.090)  # far twice in a row: the cost moved, both count
+    assert rc.n == 4 and rc.value == pytest.approx((0.010 + 0.011 + 0.100 + 0.090) / 4)
+    first = RunningCost(far=FAR)
+    first.add(0.030, prior=0.005)  # a first measurement 6x what the prior expected
+    assert first.n == 0 and first.held == 0.030
+    first.add(0.006, prior=0.005)
+    assert (first.n, first.value) == (1, 0.006)
+    plain = RunningCost()  # without far (the shape timer's, target alone's reference): every one counts
+    plain.add(0.010)
+    plain.add(0.200)
+    assert plain.n == 2 and FAR_FIRST < FAR
+
+
+def test_the_cost_tables_hold_a_far_first_measurement_out_of_the_prior():
+    cm = CostModel()
+    cm.observe_verify(1, 0.010)
+    cm.observe_verify(3, 0.200)  # 20 steps for a batch of 3: held, not a cost of 3 yet
+    assert 3 not in cm.verify and cm.verify_cost(3) == pytest.approx(0.012)
+    cm.observe_verify(3, 0.014)
+    assert cm.verify[3].value == pytest.approx(0.014)
+    cm.observe_draft_decode(0.050)  # 5 target steps for one draft decode: held
+    assert cm.draft_decode.n == 0
+    cm.observe_draft_decode(0.004)
+    assert cm.draft_decode.value == pytest.approx(0.004)

@@ -4,11 +4,16 @@ NVIDIA H200 with a 0.5B draft and with a one-layer draft, a 2-core CPU), or a JS
 file of the same form.
 
 A profile gives, in milliseconds, the target's cost per batch size, the draft's, each
-model's cost for a change of batch shape, and the draft's acceptance per token.
+model's cost for a change of batch shape, and the draft's acceptance per token; and,
+optionally per model, the one-offs a real device pays: ``first_call_ms`` (a context's
+first decode costs that much more), ``first_shape_ms`` (a batch shape's first use),
+and ``spike_share`` of the calls costing ``spike_times`` as much (a page fault, a GC
+pause, another process). :func:`with_one_offs` adds them to a profile.
 :func:`run_replay` runs each configuration on fresh backends for ``answers``
 answers in a row (auto keeps what it learnt from one to the next, as a session
-does), and reports every configuration's speed as a ratio to target alone's and to
-the best fixed k's of the same run.
+does), with or without the warm-up a session makes before anything is timed, and
+reports every configuration's speed as a ratio to target alone's and to the best fixed
+k's of the same run.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -29,6 +34,8 @@ from ..speculative.decoder import speculate
 from ..speculative.proposers import DraftModelProposer, NoProposer
 from ..speculative.replay import ModelCosts, ReplayBackend, ReplayClock, ReplayText
 from ..speculative.sampling import SamplingParams
+from ..speculative.stats import Stats
+from ..speculative.warmup import draft_shapes, target_shapes
 
 
 @dataclass(frozen=True)
@@ -43,9 +50,39 @@ class Profile:
 def _costs(d: dict, where: str) -> ModelCosts:
     try:
         batch = {int(n): float(ms) / 1e3 for n, ms in d["batch_ms"].items()}
-        return ModelCosts(batch, float(d.get("shape_change_ms", 0.0)) / 1e3)
+        return ModelCosts(batch, float(d.get("shape_change_ms", 0.0)) / 1e3,
+                          first_call=float(d.get("first_call_ms", 0.0)) / 1e3,
+                          first_shape=float(d.get("first_shape_ms", 0.0)) / 1e3,
+                          spike_share=float(d.get("spike_share", 0.0)), spike_times=float(d.get("spike_times", 1.0)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise SpecDeskError(f"{where}: needs batch_ms (batch size -> ms, with 1) and shape_change_ms ({e})") from None
+        raise SpecDeskError(f"{where}: needs batch_ms (batch size -> ms, with 1) and shape_change_ms; "
+                            f"first_call_ms, first_shape_ms >= 0, spike_share in [0, 1], spike_times >= 1 ({e})") from None
+
+
+def scaled(profile: Profile, factor: float) -> Profile:
+    """``profile`` on a device ``factor`` times slower (every batch and change of shape;
+    not the one-offs, which :func:`with_one_offs` sets in milliseconds)."""
+    def mul(c: ModelCosts) -> ModelCosts:
+        return replace(c, batch={n: s * factor for n, s in c.batch.items()}, shape_change=c.shape_change * factor,
+                       prefill_per_token=None if c.prefill_per_token is None else c.prefill_per_token * factor)
+
+    name = profile.name if factor == 1 else f"{profile.name} x{factor:g}"
+    return replace(profile, name=name, target=mul(profile.target), draft=mul(profile.draft))
+
+
+def with_one_offs(profile: Profile, *, first_call_ms: float = 0.0, first_shape_ms: float = 0.0,
+                  spike_share: float = 0.0, spike_times: float = 1.0) -> Profile:
+    """``profile`` with these one-offs on both models (the name says which)."""
+    def add(c: ModelCosts) -> ModelCosts:
+        return replace(c, first_call=first_call_ms / 1e3, first_shape=first_shape_ms / 1e3, spike_share=spike_share,
+                       spike_times=spike_times)
+
+    what = [f"first call +{first_call_ms:g} ms" if first_call_ms else "",
+            f"first shape +{first_shape_ms:g} ms" if first_shape_ms else "",
+            f"{spike_share:.0%} of calls {spike_times:g}x" if spike_share and spike_times > 1 else ""]
+    label = ", ".join(w for w in what if w)
+    return replace(profile, name=f"{profile.name} ({label})" if label else profile.name,
+                   target=add(profile.target), draft=add(profile.draft))
 
 
 def profile_names() -> list[str]:
@@ -77,19 +114,25 @@ def _controller(k: int | str) -> Controller:
     return AutoK() if k == "auto" else FixedK(int(k))
 
 
-def run_config(profile: Profile, k: int | str | None, *, answers: int = 3, tokens: int = 256, real: bool = False,
-               seed: int = 0, n_vocab: int = 4096, controller: Controller | None = None) -> list[float]:
-    """Tokens per second of each of ``answers`` answers (k None: target alone), on
-    fresh backends, one controller throughout."""
+def run_answers(profile: Profile, k: int | str | None, *, answers: int = 3, tokens: int = 256, real: bool = False,
+                seed: int = 0, n_vocab: int = 4096, controller: Controller | None = None,
+                warm_up: bool = False) -> list[Stats]:
+    """The statistics of each of ``answers`` answers (k None: target alone), on fresh
+    backends, one controller throughout; with ``warm_up``, the contexts are warmed
+    first with the shapes a session warms them with (the draft's only where it drafts)."""
     clock = ReplayClock(real=real)
     text = ReplayText(n_vocab, seed)
-    target = ReplayBackend(text, profile.target, clock)
+    target = ReplayBackend(text, profile.target, clock, seed=seed + 1000)  # its seed draws only its spikes
     draft = ReplayBackend(text, profile.draft, clock, acceptance=profile.acceptance, seed=seed + 1)
     proposer = NoProposer() if k is None else DraftModelProposer(draft, n_vocab, p_min=0.0)
     ctl = controller or _controller(k if k is not None else 1)
+    if warm_up:
+        target.warm_up(target_shapes(k, device=True))
+        if k is not None:
+            draft.warm_up(draft_shapes())
     rng = np.random.default_rng(seed)
     prompt_rng = np.random.default_rng((seed, 99))
-    speeds = []
+    out = []
     seq: list[int] = []
     for _ in range(answers):
         seq = seq + [int(t) for t in prompt_rng.integers(1, n_vocab, 48)]
@@ -98,8 +141,13 @@ def run_config(profile: Profile, k: int | str | None, *, answers: int = 3, token
                               clock=clock):
             seq.extend(t.token for t in step.tokens)
             last = step
-        speeds.append(last.stats.tokens_per_second or 0.0)
-    return speeds
+        out.append(last.stats)
+    return out
+
+
+def run_config(profile: Profile, k: int | str | None, **kw) -> list[float]:
+    """Tokens per second of each answer of :func:`run_answers`."""
+    return [st.tokens_per_second or 0.0 for st in run_answers(profile, k, **kw)]
 
 
 @dataclass
@@ -120,7 +168,7 @@ class ReplayResult:
 
 
 def run_replay(profile: Profile, ks: list[int], *, rounds: int = 3, answers: int = 3, tokens: int = 256,
-               real: bool = False, n_vocab: int = 4096) -> ReplayResult:
+               real: bool = False, n_vocab: int = 4096, warm_up: bool = False) -> ReplayResult:
     """Target alone, every fixed k and auto, interleaved round by round (a round's
     configurations all run on the same text)."""
     names = ["none"] + [f"k={k}" for k in ks] + ["auto"]
@@ -128,7 +176,8 @@ def run_replay(profile: Profile, ks: list[int], *, rounds: int = 3, answers: int
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             k = None if name == "none" else ("auto" if name == "auto" else int(name[2:]))
-            s = run_config(profile, k, answers=answers, tokens=tokens, real=real, seed=r, n_vocab=n_vocab)
+            s = run_config(profile, k, answers=answers, tokens=tokens, real=real, seed=r, n_vocab=n_vocab,
+                           warm_up=warm_up)
             speeds[name].append(statistics.mean(s))
     return ReplayResult(profile, speeds)
 

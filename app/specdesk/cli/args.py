@@ -15,6 +15,7 @@ from ..session import GenerationConfig, ModelSpec, Session, gpu_layers_note
 from ..session.core import plan_target
 from ..session.offload import Offload, margin_text, resolve_offload
 from ..session.remote import parse_endpoints, parse_split, require_rpc, set_lost_handler
+from ..session.text import NO_WARMUP_COST
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 from .output import EXIT_USAGE
@@ -171,6 +172,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="refuse a draft with another vocabulary instead of drafting translated (re-tokenized) text")
 
 
+def add_warmup_option(g) -> None:
+    """``--no-warmup``: no untimed decodes before the first answer (llama.cpp's own flag)."""
+    g.add_argument("--no-warmup", action="store_true",
+                   help="skip the warm-up: each model decodes the batch shapes the loop will use once, untimed, "
+                        f"before anything is timed (as llama.cpp does); without it {NO_WARMUP_COST}")
+
+
 def add_generation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", required=True, type=utf8_text("--prompt"), help="the prompt (chat-formatted with the target's template unless --raw)")
@@ -181,6 +189,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
                    help="with --raw: tokenize special-token text such as <|im_start|> as plain text")
     add_sampling_options(g)
     g.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    add_warmup_option(g)
 
 
 def add_sampling_options(g, max_tokens_default: int | None = 256) -> None:
@@ -274,6 +283,7 @@ def load_session(args, need_draft: bool) -> Session:
     unless ``--same-vocab-only``."""
     t, d, where, off = resolve_specs(args, need_draft)
     s = Session.load(t, d, translate=not getattr(args, "same_vocab_only", False), placement=where, offload=off)
+    s.warmup = not getattr(args, "no_warmup", False)
     if s.translated:
         print(f"specdesk: note: {d.path.name} has another vocabulary than {t.path.name} "
               f"({s.compat.reason}): it drafts text that is re-tokenized for the target "

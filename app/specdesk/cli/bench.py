@@ -18,7 +18,8 @@ from ..session import GenerationConfig
 from ..session.source_table import drafts_alone
 from ..session.text import drift_summary, memory_buys_text, noise_text, predicted_cell, prediction_verdict_label, stopping_text
 from ..speculative.proposers import registry
-from .args import add_model_options, default_model_path, float_in, int_at_least, load_session, non_negative_int, positive_int
+from .args import (add_model_options, add_warmup_option, default_model_path, float_in, int_at_least, load_session,
+                   non_negative_int, positive_int)
 from .output import dump_json, progress_bar
 
 
@@ -88,7 +89,7 @@ def add_parsers(sub) -> None:
     g.add_argument("--seed", type=non_negative_int("seed"), default=0)
     g.add_argument("--out", type=_out_dir, default=None, help="output directory (default: bench-out/<date-time>)")
     g.add_argument("--no-advisor", action="store_true", help="skip the calibration and the advisor's predictions")
-    g.add_argument("--no-warmup", action="store_true")
+    add_warmup_option(g)
     g.add_argument("--list-suites", action="store_true", help="list the built-in suites and exit")
 
     a = sub.add_parser("advise", help="measure this machine's costs and say whether (and how) speculation pays")

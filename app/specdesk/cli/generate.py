@@ -139,7 +139,8 @@ def cmd_compare(args) -> int:
         raise SpecDeskError("compare needs a proposer to compare against target alone: use --proposer "
                             f"{', '.join(others[:-1])} or {others[-1]}")
     config = BenchConfig(cfg.proposer, cfg.k, cfg.p_min)
-    options = ComparisonOptions(bench=bench_options(args, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),
+    options = ComparisonOptions(bench=bench_options(args, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                                                    warmup=not args.no_warmup),
                                 advisor=False, raw=args.raw, keep_repeats=(0,))
     suite = Suite("compare", (Prompt("prompt", args.prompt, "compare"),), None, "")
     with load_session(args, need_draft=cfg.needs_draft) as s:

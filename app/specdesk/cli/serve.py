@@ -10,7 +10,8 @@ import sys
 from ..errors import SpecDeskError
 from ..server import REQUEST_TIMEOUT_S
 from ..server.queue import GenerationQueue
-from .args import add_model_options, add_sampling_options, config_from_args, float_in, int_at_least, load_session
+from .args import (add_model_options, add_sampling_options, add_warmup_option, config_from_args, float_in, int_at_least,
+                   load_session)
 
 API_KEY_ENV = "SPECDESK_API_KEY"
 DEFAULT_PORT = 8080
@@ -22,6 +23,7 @@ def add_parser(sub) -> None:
     add_model_options(s)
     g = s.add_argument_group("generation defaults (a request's own temperature, top_p, max_tokens, seed win)")
     add_sampling_options(g, max_tokens_default=None)
+    add_warmup_option(g)
     n = s.add_argument_group("server")
     n.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every network)")
@@ -66,6 +68,8 @@ def cmd_serve(args) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # stop as on Ctrl+C: the answers end, the models are freed
     try:
         with load_session(args, need_draft=defaults.needs_draft) as s:
+            if s.warmup:
+                s.warm_up(defaults)  # before "ready": the first request pays no first call
             queue = GenerationQueue(args.queue)
             opts = ServeOptions(defaults=defaults, default_max_tokens=args.max_tokens, api_key=key,
                                 cors_origins=tuple(args.cors_origin), max_body_bytes=body_limit(s.target.ctx.n_ctx),

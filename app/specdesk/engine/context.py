@@ -8,10 +8,11 @@ speculative-simple), and keeps the token history that coordinate refers to.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import time
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -224,6 +225,43 @@ class Context:
         if first:
             self._shapes.add(shape)
         self.last_shape_changed, self.last_reshape_seconds = self._shapes_timed.record(shape, t2 - t0)
+
+    @contextlib.contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Decodes inside count nowhere: the seconds, the tokens evaluated, the last
+        decode's flags and what the shape timer learns are as they were before. The
+        shapes they set up stay set up (their first use is paid)."""
+        kept = (self.launch_seconds, self.wait_seconds, self.native_seconds, self.logits_bytes_copied,
+                self.evaluated, self.last_prefill_evaluated, self.last_batch_first, self.last_shape_changed,
+                self.last_reshape_seconds, self._shapes_timed)
+        self._shapes_timed = ShapeTimer()
+        try:
+            yield
+        finally:
+            (self.launch_seconds, self.wait_seconds, self.native_seconds, self.logits_bytes_copied, self.evaluated,
+             self.last_prefill_evaluated, self.last_batch_first, self.last_shape_changed, self.last_reshape_seconds,
+             self._shapes_timed) = kept
+
+    def warm_up(self, shapes: Sequence[tuple[int, int]], tokens: Sequence[int]) -> float:
+        """Decode each shape (tokens, rows of logits) once after what the context holds,
+        then hold exactly that again, untimed (see :meth:`untimed`): the context's
+        first decode and each shape's first use are paid before anything is timed, as
+        llama.cpp's warm-up does. ``tokens`` fill the batches (cycled). Shapes that do
+        not fit in the context's room are left out. Returns the seconds it took."""
+        if not tokens:
+            raise ValueError("a warm-up needs tokens to decode")
+        p0 = len(self.history)
+        t0 = time.perf_counter()
+        with self.untimed():
+            try:
+                for n, rows in shapes:
+                    if n <= 0 or n > self._n_batch or p0 + n > self._n_ctx:
+                        continue
+                    self._decode([tokens[i % len(tokens)] for i in range(n)], rows == n and n > 1, rows > 0)
+                    self.rollback(p0)
+            finally:
+                self.rollback(p0)
+        return time.perf_counter() - t0
 
     @property
     def shape_changes(self) -> int:

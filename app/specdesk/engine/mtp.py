@@ -271,6 +271,31 @@ class MtpHeads:
         del self.history[n_past:]
         self._drafted = []
 
+    def warm_up(self, tokens: Sequence[int]) -> float:
+        """The heads' first decodes, untimed, before anything is timed: the target
+        evaluates ``tokens`` after what it holds (keeping their hidden states), the heads
+        read them in one batch and draft one token on their own state; then both hold
+        what they held, and no timing counts it. Returns the seconds it took."""
+        if not tokens or not self.active:
+            return 0.0
+        target = self.target
+        p0, h0 = len(target.history), list(self.history)
+        seq = list(target.history) + list(tokens)
+        if len(seq) + 1 > min(self._n_ctx, target.n_ctx):
+            return 0.0
+        t0, native = time.perf_counter(), self.native_seconds
+        try:
+            with target.untimed():
+                target.prefill(seq, logits=False)
+                self.prefill(seq, fn=lambda rows: None)
+                self.eval([int(tokens[-1])], fn=lambda rows: None)
+        finally:
+            self.rollback(common_prefix_length(self.history, h0))
+            target.rollback(p0)
+            del self._h_tokens[p0:]
+            self.native_seconds = native
+        return time.perf_counter() - t0
+
     # -- llama.cpp -----------------------------------------------------------------------
 
     def _seq_rm(self, p: int) -> None:

@@ -34,11 +34,11 @@ from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import HistoryProposer, Proposer, registry
 from ..speculative.proposers.registry import DRAFT_MODEL, Need
 from ..speculative.stats import Stats
-from . import costcache, remote
+from . import costcache, remote, warmup
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .source_table import load_options, own_sources
-from .sources import DraftModel, DraftSource, Missing, warm_up_context
+from .sources import DraftModel, DraftSource, Missing
 from .text import instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
@@ -220,6 +220,10 @@ class Session:
         self._kv_owner: str | None = None
         self._kv_left: tuple | None = None
         self._histories: OrderedDict[str, HistoryProposer] = OrderedDict()
+        # Warm each context a generation runs before anything is timed (see
+        # session.warmup; False: --no-warmup), and the (context, shape) pairs warmed.
+        self.warmup = True
+        self.warmed: set[tuple[str, tuple]] = set()
 
     @contextlib.contextmanager
     def lease(self) -> Iterator["Session"]:
@@ -552,6 +556,8 @@ class Session:
             controller = self.make_controller(config)
             if owner is not None and not (owner == self._kv_owner and self._kv_left == self._contexts_now()):
                 self.reset()  # another's tokens (or some left by a generation cut short): start afresh
+            if self.warmup:
+                warmup.warm(self, config)  # what this configuration runs, once: nothing timed pays a first call
             self._kv_owner, self._kv_left = owner, None  # what it leaves is recorded only when it ends
             rng = np.random.default_rng(config.seed)
             answer: list[int] = []
@@ -600,12 +606,13 @@ class Session:
         for src in self.sources.values():
             src.reset()
 
-    def warm_up(self) -> None:
-        """Touch every weight once (mmap page-in) and set up the contexts' batch shapes,
-        so the first timed run is not a cold one."""
-        warm_up_context(self.target.model, self.target.ctx)
-        for src in self.sources.values():
-            src.warm_up()
+    def warm_up(self, config: GenerationConfig | None = None) -> float:
+        """Warm the contexts ``config`` runs with the batch shapes its loop will use
+        (None: the target and draft with auto's), untimed, so that no timed figure and
+        nothing auto learns carries a first call (see :mod:`.warmup`); a generation does
+        it itself unless ``warmup`` is False. Returns the seconds it took."""
+        with self.lease():
+            return warmup.warm(self, config)
 
     # -- memory -------------------------------------------------------------------
 

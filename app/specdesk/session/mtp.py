@@ -102,21 +102,19 @@ class TargetHeads:
     def holds(self) -> tuple[int, ...] | None:
         return tuple(self._heads.history) if self._heads is not None else None
 
-    def warm_up(self) -> None:
-        """The heads' context reads a few tokens once (with the target's states)."""
+    def warm_up(self) -> float:
+        """The heads' context reads a few tokens once with the target's states and drafts
+        a token, untimed (``MtpHeads.warm_up``); both hold what they held."""
         if self.refusal() is not None:
-            return
+            return 0.0
         h = self.heads()
         was = h.active
         h.activate()  # the target keeps the states the heads read
-        toks = warm_up_tokens(self._target.model)
-        self._target.ctx.prefill(toks, logits=False)
-        h.prefill(toks)
-        h.eval([toks[-1]])
-        h.rollback(0)
-        self._target.ctx.rollback(0)
-        if not was:
-            h.deactivate()
+        try:
+            return h.warm_up(warm_up_tokens(self._target.model))
+        finally:
+            if not was:
+                h.deactivate()
 
     def memory(self) -> ModelMemory | None:
         """The heads' context (their KV cache and buffers), once made: the memory drafting

@@ -15,6 +15,7 @@ beside it: no front end changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..engine.tokenizer import ModelTokenizer
@@ -22,6 +23,7 @@ from ..rules.vocab import Compatibility
 from ..speculative.proposers import DraftModelProposer, Proposer, TranslatedDraftProposer
 from ..speculative.proposers.base import DRAFT, TRANSLATED, Source
 from ..speculative.proposers.registry import Need
+from ..speculative.warmup import draft_shapes
 from ..system.memory import ModelMemory
 from .config import GenerationConfig
 from .text import missing_source_text
@@ -61,9 +63,11 @@ class DraftSource(Protocol):
     def reset(self) -> None:
         """Forget every position."""
 
-    def warm_up(self) -> None:
-        """Run its context(s) once and forget it, so that the first timed call is not
-        the first call (llama.cpp sets up each batch shape on its first use)."""
+    def warm_up(self) -> float | None:
+        """Decode the batch shapes a loop drafting with it will use once, untimed, and
+        hold what it held (session/warmup.py): the first timed call is not the first
+        call (cuBLAS, kernels, a graph captured; llama.cpp sets up each batch shape on
+        its first use), and nothing auto learns counts it. Returns the seconds it took."""
 
     def memory(self) -> ModelMemory | None:
         """What it holds in memory beyond the target (its own model, or its context)."""
@@ -104,8 +108,8 @@ class Missing:
     def reset(self) -> None:
         pass
 
-    def warm_up(self) -> None:
-        pass
+    def warm_up(self) -> float | None:
+        return 0.0
 
     def memory(self) -> ModelMemory | None:
         return None
@@ -158,8 +162,8 @@ class DraftModel:
     def reset(self) -> None:
         self.loaded.ctx.rollback(0)
 
-    def warm_up(self) -> None:
-        warm_up_context(self.loaded.model, self.loaded.ctx)
+    def warm_up(self) -> float:
+        return warm_up_context(self.loaded.model, self.loaded.ctx)
 
     def memory(self) -> ModelMemory | None:
         return self.loaded.memory()
@@ -168,15 +172,13 @@ class DraftModel:
         self.loaded.close()
 
 
-def warm_up_tokens(model, n: int = 8) -> list[int]:
+def warm_up_tokens(model, n: int = 16) -> list[int]:
     """A few tokens of ``model``'s vocabulary to warm a context with."""
-    return model.tokenize("Warm up the model.", add_special=True)[:n] or [0]
+    return model.tokenize("Warm up the model before anything is timed.", add_special=True)[:n] or [0]
 
 
-def warm_up_context(model, ctx) -> None:
-    """Touch every weight once (mmap page-in) and set up a context's batch shapes, so the
-    first timed call is not a cold one; the context then holds nothing."""
-    toks = warm_up_tokens(model)
-    ctx.prefill(toks)
-    ctx.eval([toks[-1]], all_rows=False)
-    ctx.rollback(0)
+def warm_up_context(model, ctx, shapes: Sequence[tuple[int, int]] | None = None) -> float:
+    """Decode a context's batch shapes once (a draft model's, by default: its prompt,
+    its catch-up, its single decodes), untimed (``Context.warm_up``): every weight read
+    once, each shape set up, and the context holds what it held; returns the seconds."""
+    return ctx.warm_up(draft_shapes() if shapes is None else shapes, warm_up_tokens(model))

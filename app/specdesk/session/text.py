@@ -475,6 +475,15 @@ def chat_verdict_text(ratio: float, band: float, verdict: str, reference: float,
 
 
 #: Under the replayed answers: what the race shows, and why it is replayed.
+#: What skipping the warm-up costs (the CLI's --no-warmup, the app's setting).
+NO_WARMUP_COST = (
+    "the first answer pays each model's first decode and each batch shape's first use inside its timed "
+    "steps: on a GPU up to hundreds of milliseconds a context (cuBLAS, kernels loaded, graphs captured), on a "
+    "CPU the weights' first read; its speed reads low and auto re-measures what those calls made look dear")
+WARMUP_NOTE = ("Before the first answer, each model decodes the batch shapes the loop will use once, untimed "
+               "(a fraction of a second on a CPU)")
+
+
 REPLAY_NOTE = (
     "Replay types each answer out at the times its tokens were really produced (the clock starts with the "
     "prompt). The runs ran one after another, interleaved; two live runs side by side would fight over this "

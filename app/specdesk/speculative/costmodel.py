@@ -19,27 +19,57 @@ prior that chooses what to try, the core's ``auto`` draft length (which judges b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
-class RunningCost:
-    """Mean of the first measurements, then an exponential moving average."""
+#: A measurement more than this many times its cost as known is held until the next
+#: one says whether it was a one-off (see :class:`RunningCost`); a first measurement,
+#: more than FAR_FIRST times what the prior expected of it.
+FAR = 4.0
+FAR_FIRST = 3.0
 
-    def __init__(self, warm: int = 8, decay: float = 0.15) -> None:
+
+class RunningCost:
+    """Mean of the first measurements, then an exponential moving average.
+
+    With ``far``, a measurement more than ``far`` times the cost as known (a page fault,
+    a GC pause, another process's burst: one call) is held, not taken: the next one
+    re-measures it. Far too, both are taken (the cost moved); near, the held one is
+    dropped as a one-off. One call cannot move the cost by itself, nor set it at more
+    than ``FAR_FIRST`` times what the prior expected (a single measurement would
+    otherwise price every draft length, and one that says none can pay is never
+    re-measured)."""
+
+    def __init__(self, warm: int = 8, decay: float = 0.15, far: float | None = None) -> None:
         self.n = 0
         self.value = 0.0
         self._warm = warm
         self._decay = decay
+        self.far = far
+        self.held: float | None = None  # a far measurement waiting for the next one
 
     @classmethod
-    def seeded(cls, value: float, n: int) -> RunningCost:
+    def seeded(cls, value: float, n: int, far: float | None = None) -> RunningCost:
         """A cost carried over from earlier measurements, counted as ``n`` of them."""
-        rc = cls()
+        rc = cls(far=far)
         rc.value, rc.n = value, n
         return rc
 
-    def add(self, x: float) -> None:
+    def add(self, x: float, prior: float | None = None) -> None:
+        """One measurement; ``prior``, what it was expected to cost before any was
+        taken (a first measurement far above it is held too)."""
+        ref = self.value if self.n else prior
+        if self.far is not None and ref:
+            held, self.held = self.held, None
+            if x > (self.far if self.n else min(self.far, FAR_FIRST)) * ref:
+                if held is None:
+                    self.held = x  # one far call: re-measured before it counts
+                    return
+                self._add(held)  # two in a row: the cost moved
+        self._add(x)
+
+    def _add(self, x: float) -> None:
         self.n += 1
         if self.n <= self._warm:
             self.value += (x - self.value) / self.n
@@ -77,13 +107,28 @@ class CostModel:
     # One single-token decode of the draft model while it drafts on (no shape change):
     # a draft of k tokens then costs k + 1 of them (its catch-up of the target's token
     # and its k tokens), where no call of that length was measured whole.
-    draft_decode: RunningCost = field(default_factory=RunningCost)
+    draft_decode: RunningCost = field(default_factory=lambda: RunningCost(far=FAR))
+
+    # A size's first measurement held (far above what the others predict for it) until
+    # its next one: not a cost yet. Per table ("verify", "draft"), size -> RunningCost.
+    held: dict[str, dict[int, RunningCost]] = field(default_factory=dict, repr=False)
+
+    def _observe(self, table: dict[int, RunningCost], name: str, size: int, seconds: float,
+                 prior: Callable[[], float | None]) -> None:
+        rc = table.get(size)
+        if rc is not None:
+            rc.add(seconds)
+            return
+        held = self.held.setdefault(name, {})
+        rc = held.pop(size, None) or RunningCost(far=FAR)
+        rc.add(seconds, prior())
+        if rc.n:
+            table[size] = rc
+        else:
+            held[size] = rc
 
     def observe_verify(self, batch: int, seconds: float) -> None:
-        rc = self.verify.get(batch)
-        if rc is None:  # (setdefault would build a RunningCost at every step, to throw it away)
-            rc = self.verify[batch] = RunningCost()
-        rc.add(seconds)
+        self._observe(self.verify, "verify", batch, seconds, lambda: self.verify_cost(batch))
         if batch == 1:
             self.reference.add(seconds)
 
@@ -95,22 +140,20 @@ class CostModel:
 
     def observe_draft(self, k: int, seconds: float) -> None:
         if k > 0:
-            rc = self.draft.get(k)
-            if rc is None:
-                rc = self.draft[k] = RunningCost()
-            rc.add(seconds)
+            self._observe(self.draft, "draft", k, seconds, lambda: self.draft_cost(k) if self.step_cost else None)
 
     def observe_draft_decode(self, seconds: float) -> None:
         if seconds > 0:
-            self.draft_decode.add(seconds)
+            step = self.step_cost
+            self.draft_decode.add(seconds, self.prior_draft_share * step if step else None)
 
     def set_verify(self, batch: int, seconds: float) -> None:
-        rc = RunningCost()
+        rc = RunningCost(far=FAR)
         rc.add(seconds)
         self.verify[batch] = rc
 
     def set_draft(self, k: int, seconds: float) -> None:
-        rc = RunningCost()
+        rc = RunningCost(far=FAR)
         rc.add(seconds)
         self.draft[k] = rc
 
@@ -265,7 +308,7 @@ class CostModel:
                     continue
                 if not (math.isfinite(value) and value > 0 and size > 0 and n > 0):
                     continue  # a damaged entry is simply not used
-                target[size] = RunningCost.seeded(value, min(n, weight) if weight else n)
+                target[size] = RunningCost.seeded(value, min(n, weight) if weight else n, far=FAR)
         dd = d.get("draft_decode")
         if isinstance(dd, (list, tuple)) and len(dd) == 2:
             try:
@@ -273,7 +316,7 @@ class CostModel:
             except (TypeError, ValueError):
                 value, n = 0.0, 0
             if math.isfinite(value) and value > 0 and n > 0:
-                cm.draft_decode = RunningCost.seeded(value, min(n, weight) if weight else n)
+                cm.draft_decode = RunningCost.seeded(value, min(n, weight) if weight else n, far=FAR)
         return cm
 
 

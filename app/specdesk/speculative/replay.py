@@ -33,15 +33,24 @@ T = TypeVar("T")
 class ModelCosts:
     """Seconds for one eval of a batch of n tokens, measured points with linear
     interpolation between them and the last two points' slope beyond; plus what a
-    change of batch shape costs."""
+    change of batch shape costs, and the one-offs: a context's first decode
+    (``first_call`` more), a batch shape's first use (``first_shape`` more), and a
+    share ``spike_share`` of calls that cost ``spike_times`` as much."""
 
     batch: Mapping[int, float]
     shape_change: float = 0.0
     prefill_per_token: float | None = None  # a long prompt's tokens (None: the batch table's slope)
+    first_call: float = 0.0
+    first_shape: float = 0.0
+    spike_share: float = 0.0
+    spike_times: float = 1.0
 
     def __post_init__(self) -> None:
         if 1 not in self.batch or any(n <= 0 or s <= 0 for n, s in self.batch.items()):
             raise ValueError("a cost profile needs a positive cost for a batch of 1 token, and positive costs")
+        if min(self.shape_change, self.first_call, self.first_shape) < 0 or not 0.0 <= self.spike_share <= 1.0 \
+                or self.spike_times < 1.0:
+            raise ValueError("one-off costs must be >= 0, a spike share in [0, 1] and spikes at least 1 times a call")
 
     @property
     def step(self) -> float:
@@ -99,6 +108,40 @@ class ReplayText:
         return t
 
 
+class Device:
+    """What a replayed device charges one context's decodes: each batch's cost, a
+    change of shape (tokens, rows of logits) from the last one, the one-offs (the
+    context's first decode, a shape's first use) and a spike where the seeded stream
+    draws one."""
+
+    def __init__(self, costs: ModelCosts, seed: int = 1) -> None:
+        self.costs = costs
+        self.calls = 0  # decodes, warm-up's included
+        self.shape = (0, 0)
+        self.shapes: set[tuple[int, int]] = set()  # the shapes set up (their first use paid)
+        self._spikes = np.random.default_rng((seed, 17))
+
+    def decode(self, shape: tuple[int, int]) -> tuple[float, bool]:
+        """The seconds a decode of ``shape`` costs now, and whether it paid a set-up
+        (flagged as the engine flags a shape's first use, where the profile has one)."""
+        c = self.costs
+        seconds = c(shape[0])
+        if shape != self.shape and self.shape[0] > 0:
+            seconds += c.shape_change
+        first = shape not in self.shapes
+        if first:
+            self.shapes.add(shape)
+            seconds += c.first_shape
+        if not self.calls:
+            seconds += c.first_call
+        setup = first and (c.first_shape > 0 or (not self.calls and c.first_call > 0))
+        if c.spike_share and self._spikes.random() < c.spike_share:
+            seconds *= c.spike_times
+        self.calls += 1
+        self.shape = shape
+        return seconds, setup
+
+
 class ReplayBackend:
     """A target (``acceptance`` None: always right) or a draft model (right at each
     position with probability ``acceptance``) over ``text``, costing ``costs`` on
@@ -122,7 +165,7 @@ class ReplayBackend:
         self.last_reshape_seconds = 0.0
         self._timer = ShapeTimer()  # what the engine learns of its own shape changes, learnt the same way
         self.evaluated = 0
-        self._shape = (0, 0)
+        self.device = Device(costs, seed)
         self._rows = np.zeros((64, text.n_vocab), dtype=np.float32)
         self._set: list[tuple[int, int]] = []  # (row, column) set in _rows
         self._right: dict[int, bool] = {}
@@ -173,10 +216,7 @@ class ReplayBackend:
         self.evaluated += n
         n_out = n if all_rows else int(last_row)
         shape = (n, n_out)
-        seconds = self.costs(n)
-        if shape != self._shape and self._shape[0] > 0:
-            seconds += self.costs.shape_change
-        self._shape = shape
+        seconds = self._seconds(shape)
         self.last_shape_changed, self.last_reshape_seconds = self._timer.record(shape, seconds)
         self.native_seconds += seconds
         out = None
@@ -185,6 +225,26 @@ class ReplayBackend:
             out = fn(rows) if fn is not None else self._copy(rows)
         self.clock.spend(seconds, time.perf_counter() - t0)
         return out
+
+    def _seconds(self, shape: tuple[int, int]) -> float:
+        seconds, self.last_batch_first = self.device.decode(shape)
+        return seconds
+
+    def warm_up(self, shapes: Sequence[tuple[int, int]]) -> float:
+        """Decode each shape once (paying its one-offs) and hold what it held before;
+        nothing the loop reads learns from it (its timings and counters). Returns the
+        seconds it cost."""
+        t0 = time.perf_counter()
+        kept = (self._timer, self.native_seconds, self.evaluated)
+        self._timer = ShapeTimer()
+        seconds = 0.0
+        for shape in shapes:
+            seconds += self._seconds(shape)
+        self._timer, self.native_seconds, self.evaluated = kept
+        self.last_batch_first = self.last_shape_changed = False
+        self.last_reshape_seconds = 0.0
+        self.clock.spend(seconds, time.perf_counter() - t0)
+        return seconds
 
     def _fill(self, positions: range) -> np.ndarray:
         """Rows for the tokens at ``positions`` (each predicting the next), in a

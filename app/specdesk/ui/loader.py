@@ -17,7 +17,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from ..session import ModelSpec, Session
+from ..session import GenerationConfig, ModelSpec, Session
 from ..session.preflight import Preflight, preflight
 from .tasks import Task
 
@@ -27,6 +27,27 @@ class LoadRequest:
     target: ModelSpec
     draft: ModelSpec | None
     confirm_memory: bool
+    #: the configuration to warm the loaded pair for (from the session: whether a draft
+    #: loaded, whether its heads can draft), before it is handed over; None: no warm-up,
+    #: neither then nor before its answers (the setting off)
+    warm: Callable[[Session], GenerationConfig] | None = None
+
+
+def load_and_warm(task, req: LoadRequest, plan, offload) -> Session | None:
+    """``Session.load`` then, unless the load was cancelled, the warm-up (in the same
+    task, off the UI thread): the first answer pays no first call."""
+    session = Session.load(req.target, req.draft, progress=task.report, translate=True, placement=plan,
+                           offload=offload)
+    session.warmup = req.warm is not None
+    if req.warm is None or task.is_cancelled():
+        return session
+    try:
+        task.report("warming up the models (untimed)…", 1.0)
+        session.warm_up(req.warm(session))
+    except BaseException:
+        session.close()
+        raise
+    return session
 
 
 class PairLoader(QObject):
@@ -141,12 +162,11 @@ class PairLoader(QObject):
         self._start_load(req, msg, pre)  # the check's request goes on as this load, with its plan
 
     def _start_load(self, req: LoadRequest, estimate_msg: str, pre: Preflight) -> None:
-        tspec, dspec, plan, offload = req.target, req.draft, pre.plan, pre.offload
+        tspec, plan, offload = req.target, pre.plan, pre.offload
         # a draft with another vocabulary drafts translated text (the picker marks it);
         # the target goes where the check planned (each RPC server registered once), and
         # auto GPU layers as the check fitted them
-        task = Task(lambda t: Session.load(tspec, dspec, progress=t.report, translate=True, placement=plan,
-                                           offload=offload), "model load")
+        task = Task(lambda t: load_and_warm(t, req, plan, offload), "model load")
         self._task = task
         task.progress.connect(lambda m, f: self.busy.emit(f"{m}  ({estimate_msg})", f))
         task.succeeded.connect(lambda session: self._load_succeeded(task, session))

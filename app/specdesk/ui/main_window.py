@@ -541,6 +541,8 @@ class MainWindow(QMainWindow):
         """A chat was opened: its settings become the window's (a reload if they need one)."""
         reload = self.session is not None and new.needs_reload(self.settings)
         self.settings = new
+        if self.session is not None:
+            self.session.warmup = new.warmup
         if reload and self.target_path and not self._closing:
             self.pairs.reload()
 
@@ -585,6 +587,8 @@ class MainWindow(QMainWindow):
     def apply_settings(self, new: ChatSettings) -> None:
         reload = self.session is not None and new.needs_reload(self.settings)
         self.settings = new
+        if self.session is not None:
+            self.session.warmup = new.warmup
         save_defaults(new)
         self.chats.save_settings(new)
         if reload:

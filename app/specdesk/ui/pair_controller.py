@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
-from ..session import Session, devices, supports_gpu_offload
+from ..session import GenerationConfig, Session, devices, supports_gpu_offload
 from ..session.source_table import alone_text
 from .empty_state import EmptyState
 from .library_tab import LibraryTab
@@ -219,8 +219,12 @@ class PairController(QObject):
             return
         s = self.host.settings
         try:
+            warm = None
+            if s.warmup:  # what the chat will run on the pair as loaded
+                def warm(session: Session) -> GenerationConfig:
+                    return session.choose(s.generation_config())[0]
             req = LoadRequest(s.model_spec(target, "target"), s.model_spec(draft, "draft") if draft else None,
-                              confirm_memory)
+                              confirm_memory, warm)
         except SpecDeskError as e:
             self.host.show_error(str(e))
             return

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from ..errors import SpecDeskError
 from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
+from ..session.text import NO_WARMUP_COST, WARMUP_NOTE
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
 
@@ -119,6 +120,7 @@ class ChatSettings:
     target_gpu_layers: int = AUTO_LAYERS  # AUTO_LAYERS: as many as fit (session.offload); 0: none
     draft_gpu_layers: int = AUTO_LAYERS
     rpc: str = ""  # host:port[,host:port...]: RPC servers for the target's layers (the draft stays local)
+    warmup: bool = True  # untimed decodes of the loop's batch shapes after a load (session.warmup)
 
     def to_dict(self) -> dict:
         return {**asdict(self), LAYERS_FORMAT_KEY: True}
@@ -284,6 +286,11 @@ class SettingsDialog(QDialog):
         self.p_min = self._dspin("p_min", 0.05, settings.p_min)
         self.p_min.setToolTip("Stop drafting when the draft's top probability falls below this")
         f.addRow("p_min", self.p_min)
+        self.warmup = QCheckBox("Warm up the models after loading")
+        self.warmup.setObjectName("warmup")
+        self.warmup.setChecked(settings.warmup)
+        self.warmup.setToolTip(f"{WARMUP_NOTE}. Off: {NO_WARMUP_COST}.")
+        f.addRow(self.warmup)
         return spec
 
     def _build_sampling(self, settings: ChatSettings) -> QGroupBox:
@@ -419,4 +426,5 @@ class SettingsDialog(QDialog):
             target_gpu_layers=self.target_gpu_layers.value(),
             draft_gpu_layers=self.draft_gpu_layers.value(),
             rpc=self.rpc.text().strip() if rpc_error(self.rpc.text()) is None else self._initial.rpc,
+            warmup=self.warmup.isChecked(),
         )

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 from ..controller import (BOUND, BUDGET_SPENT, CATCH_UP, CHEAPER, DEARER, ESTIMATED, EXPLORE, FIRST_STEP, LAST_TOKEN,
                           PROBE, REFERENCE, Decision, Estimate, StepCost)
-from ..costmodel import CostModel, PositionAcceptance, RunningCost
+from ..costmodel import FAR, CostModel, PositionAcceptance, RunningCost
 from ..proposers.base import Source
 from . import learn, saved, view
 from .saved import apply_restored
 from .explore import Exploration
 from .judge import Judges
+from .oneoff import OneOffs
 from .outcomes import K_BANDS, band, judge_key, source_key
 from .prior import Prior, PriorRow
 from .reference import TargetAlone
@@ -61,6 +62,12 @@ class AutoK:
     # A k drafted last stays while another is estimated at most this much cheaper: each
     # change of k changes the verify batch's shape, which a GPU pays for.
     keep_k: float = 0.03
+    # A prefill more than this many times the catch-ups' price, or a drafting step more
+    # than ``far_step`` times what the prior predicts, is held until the next of its kind
+    # says whether it was a one-off (see .oneoff): the budget of a short answer is a few
+    # steps' worth, and one slowed step must not spend it.
+    far: float = FAR
+    far_step: float = 2.0
 
     def __post_init__(self) -> None:
         self.reference = TargetAlone(self.floor_cv, self.decay_target, self.spike, self.stale_steps)
@@ -79,6 +86,7 @@ class AutoK:
         self.measured = learn.Measurements(lambda: self.costs, lambda: self.catch_up, self.prior_catch_up_share)
         self._after_draft = False  # the draft model ran since the last target step
         self._after_prefill = False  # ... and that was the prompt's prefill
+        self.oneoffs = OneOffs(self.far_step)
 
     def _kmax(self, source: Source) -> int:
         return self.k_max_ngram if source.is_lookup else self.k_max
@@ -127,10 +135,12 @@ class AutoK:
         p = self.prior.row(src, self._arm_key(src, None), self._kmax(src), self._t)
         return None if p is None else 1.0 / p.bound
 
-    def catch_up_price(self, behind: int | None) -> float:
+    def catch_up_price(self, behind: int | None, least: bool = False) -> float:
         """Seconds the draft model needs to catch up on ``behind`` tokens, beyond the
-        one or two every draft call evaluates."""
-        return self.measured.catch_up_price(behind)
+        one or two every draft call evaluates: as measured, to spend the budget on it;
+        with ``least``, at the cheapest of the last few catch-ups, to refuse it (a
+        one-off must not condemn the draft for the rest of the answer)."""
+        return self.measured.catch_up_price(behind, least)
 
     # -- the choice of k -------------------------------------------------------------------
 
@@ -168,7 +178,7 @@ class AutoK:
             return d
         behind = hint if src.is_model and hint and hint > 2 else 0
         if k and est * self.margin < 1.0:
-            if behind and self.catch_up_price(behind) > (1.0 - est) * c0 * min(limit, self.catch_up_horizon):
+            if behind and self.catch_up_price(behind, least=True) > (1.0 - est) * c0 * min(limit, self.catch_up_horizon):
                 return Decision(0, CATCH_UP, src, key)
             if cheaper:
                 self.judges.drafting.add(jk)

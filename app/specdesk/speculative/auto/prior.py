@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..costmodel import CostModel, Outcome, PositionAcceptance
 from ..proposers.base import Source
@@ -27,6 +27,7 @@ class PriorRow:
     bound: float
     stamp: int  # the step it was computed at
     seen: int  # the arm's drafting steps then
+    steps: list[float] = field(default_factory=list)  # per k, the predicted seconds of a step (its catch-up aside)
 
 
 class Prior:
@@ -80,11 +81,11 @@ class Prior:
             return p
         if self._costs().verify_cost(1) is None:
             return None
-        mean, bound = self._row(source, key, k_max, False)
-        p = self.rows[key] = PriorRow(mean, None, bound, now, seen)
+        mean, bound, steps = self._row(source, key, k_max, False)
+        p = self.rows[key] = PriorRow(mean, None, bound, now, seen, steps)
         return p
 
-    def _row(self, source: Source, key: str, k_max: int, optimistic: bool) -> tuple[list[float], float]:
+    def _row(self, source: Source, key: str, k_max: int, optimistic: bool) -> tuple[list[float], float, list[float]]:
         # a share of the component model's own target step: the prior is consistent in
         # itself (if a slowed step inflates it, it errs towards trying, and the outcome,
         # against target alone's robust cost, judges)
@@ -93,6 +94,7 @@ class Prior:
         oh = self.overhead(source)
         acc = self._acceptance().get(key) or PositionAcceptance()
         row = [math.inf]
+        steps = [0.0]
         bound = math.inf
         e = reach = 1.0
         for k, a in enumerate(acc.alphas(k_max, z=self.z if optimistic else 0.0), start=1):
@@ -101,11 +103,14 @@ class Prior:
             v = costs.verify_cost(k + 1, optimistic)
             if v is None:
                 row.append(math.inf)
+                steps.append(0.0)
                 continue
-            cost = (v + (costs.draft_cost(k, optimistic) if source.is_model else 0.0) + oh) / base
+            step = v + (costs.draft_cost(k, optimistic) if source.is_model else 0.0) + oh
+            steps.append(step)
+            cost = step / base
             row.append(cost / e)
             bound = min(bound, cost / (k + 1))
-        return row, bound
+        return row, bound, steps
 
     def optimistic(self, source: Source, key: str, k_max: int, p: PriorRow) -> list[float]:
         if p.optimistic is None:
