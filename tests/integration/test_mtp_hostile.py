@@ -3,7 +3,7 @@
 llama.cpp's MTP graphs assert what its loaders let pass (a glm4moe NextN block that
 ``leading_dense_block_count`` makes dense loaded, then ``GGML_ASSERT(layer.ffn_gate_inp
 && "MTP block missing ffn_gate_inp")`` aborted the CLI, the server or the app). The
-cases are written from two tiny bases of tests/mtp_gguf.py, a glm4moe with one NextN
+cases are written from two tiny bases of tools/synth/mtp.py, a glm4moe with one NextN
 block (block 2) and a step35 with two chained heads (blocks 2 and 3):
 
 - heads missing: each tensor of a NextN block left out, in turn; and the trunk's

@@ -79,7 +79,7 @@ def test_the_mtp_heads_context_is_warmed_when_they_will_draft(tmp_path, chained)
     """The heads' context is made for the first answer that drafts with them: its first
     decodes (the target's hidden states read in a batch, a draft step) run untimed, and
     both contexts hold what they held."""
-    from mtp_gguf import agreeing, write_step35_model
+    from synth.mtp import agreeing, write_step35_model
 
     path = write_step35_model(tmp_path / "m.gguf", heads=3, agree=True) if chained else agreeing(tmp_path / "m.gguf")
     s = Session.load(ModelSpec(path, n_ctx=256, threads=1), remember_costs=False)
