@@ -486,8 +486,8 @@ def replay_clock_text(t: float, end: float, speed: float) -> str:
 _MTP_PROBLEMS = {
     mtp_rules.NO_HEADS: "it carries no MTP heads ({arch}.nextn_predict_layers is 0 or absent)",
     mtp_rules.UNSUPPORTED: "this llama.cpp has no MTP graph for the {arch} architecture",
-    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, which cannot drop rejected draft "
-                          "tokens, and SpecDesk does not checkpoint their state (llama.cpp #20039)"),
+    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, and SpecDesk does not check "
+                          "{arch} files yet (it speculates on qwen35's)"),
     mtp_rules.TOO_MANY: "llama.cpp's {arch} MTP graph takes one head, and it declares {heads}",
     mtp_rules.NO_TRUNK: "every one of its blocks is an MTP head: it has no trunk to draft for",
 }
