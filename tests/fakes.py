@@ -308,9 +308,23 @@ def pooled_chi_square(counts: dict, exact: dict, runs: int) -> tuple[float, floa
     return chi2, float(crit), df, tv
 
 
+def _refusal(target, proposer: str) -> str | None:
+    """A fake pair's answer to "can this configuration run?": what needs a draft file
+    runs where it has one (``has_draft``), what needs nothing runs anywhere."""
+    from specdesk.session.text import source_missing_text
+    from specdesk.speculative.proposers import registry
+
+    need = registry.kind(proposer).needs
+    if need is None or (need.in_draft_file and target.has_draft):
+        return None
+    return source_missing_text(proposer, need.name, need.in_draft_file, registry.WITHOUT_DRAFT)
+
+
 class FakePairTarget:
     """The parts of a benchmark target (``bench.runner``'s protocol) that every fake pair
     on two fake backends shares: a subclass sets ``self.t`` and ``self.d`` and writes ``run``."""
+
+    has_draft = True
 
     def reset(self) -> None:
         self.t.rollback(0)
@@ -318,6 +332,9 @@ class FakePairTarget:
 
     def warm_up(self) -> None:
         pass
+
+    def refusal(self, proposer: str) -> str | None:
+        return _refusal(self, proposer)
 
     def explain(self, prompt, base, other):
         return {"verdict": "mismatch"}
@@ -390,6 +407,9 @@ class NoisyBenchTarget:
     def warm_up(self) -> None:
         pass
 
+    def refusal(self, proposer: str) -> str | None:
+        return _refusal(self, proposer)
+
     def explain(self, prompt, base, other):
         return {"verdict": "mismatch"}
 
@@ -414,6 +434,15 @@ class _Role:
         self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0, n_ctx=ctx.n_ctx)
         self.nbytes = nbytes
         self.name = self.spec.path.name
+
+    def memory(self):
+        from specdesk.system.memory import ModelMemory
+
+        return ModelMemory(role="draft", path=str(self.spec.path), weights_bytes=self.nbytes, kv_bytes=0,
+                           n_ctx=self.ctx.n_ctx, n_gpu_layers=0)
+
+    def close(self) -> None:
+        pass
 
 
 class FakeSession:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdesk.ui.chatstore import ChatStore, Message
+from specdesk.session.chatstore import ChatStore, Message
 
 ROOT = Path(__file__).resolve().parents[2]
 

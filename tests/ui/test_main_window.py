@@ -10,30 +10,10 @@ from PySide6.QtCore import QPoint
 
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings, SettingsDialog
+from drive import ask, load
 
 LOAD_TIMEOUT = 120_000
 GEN_TIMEOUT = 300_000
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def load(qtbot, w, target, draft):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft) if draft else None)
-    assert blocker.args[0] is not None, w.error_banner.text()
-    return blocker.args[0]
-
-
-def ask(qtbot, w, text, timeout=GEN_TIMEOUT):
-    with qtbot.waitSignal(w.generation_finished, timeout=timeout) as blocker:
-        assert w.send(text)
-    return blocker.args[0]
 
 
 def test_chat_shows_streamed_answer_provenance_stats_and_memory(qtbot, window, smol_path, smol_draft_path):
@@ -154,7 +134,7 @@ def test_close_mid_generation_leaves_no_thread(qtbot, tmp_path, smol_path, smol_
 def test_closing_mid_answer_keeps_what_it_wrote(qtbot, tmp_path, smol_path, smol_draft_path):
     """Closing the window stops the answer; what it had written is stored, as a
     stopped answer, with its provenance, and the chat opens with it next time."""
-    from specdesk.ui.chatstore import ChatStore
+    from specdesk.session.chatstore import ChatStore
 
     data = tmp_path / "data"
     w = MainWindow(data, autoload=False)
@@ -245,7 +225,7 @@ def test_unfinished_answer_is_the_only_loss_on_kill(qtbot, tmp_path, smol_path, 
     """The user message is committed as soon as its answer starts (it fits the
     context), before the answer ends; a killed app (here: the database reopened while
     generating) has it."""
-    from specdesk.ui.chatstore import ChatStore
+    from specdesk.session.chatstore import ChatStore
 
     data = tmp_path / "data"
     w = MainWindow(data, autoload=False)

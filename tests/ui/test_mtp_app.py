@@ -4,44 +4,21 @@ and a target without heads greys the choice out with the reason."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
 from mtp_gguf import agreeing, no_heads
 from specdesk.ui.chat_view import PROVENANCE
-from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings, SettingsDialog
+from drive import ask, load
 
-LOAD_TIMEOUT = 120_000
-GEN_TIMEOUT = 300_000
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("mtp")
     return agreeing(d / "agree.gguf"), no_heads(d / "none.gguf")
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def load(qtbot, w, target):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), None)
-    assert blocker.args[0] is not None, w.error_banner.text()
-
-
-def ask(qtbot, w, text):
-    with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT) as blocker:
-        assert w.send(text)
-    return blocker.args[0]
 
 
 def test_the_heads_draft_in_the_chat_with_their_own_colour(qtbot, window, models):
@@ -69,16 +46,17 @@ def test_the_heads_draft_in_the_chat_with_their_own_colour(qtbot, window, models
 def test_a_target_without_heads_greys_the_choice_out_with_the_reason(qtbot, window, models):
     w = window
     load(qtbot, w, models[1])
-    why = w.session.mtp.refusal()
+    refusals = w.session.cannot_run()
+    why = refusals.get("mtp")
     assert why and "no MTP heads" in why
-    dlg = SettingsDialog(w.settings, has_gpu=False, parent=w, mtp_refusal=why)
+    dlg = SettingsDialog(w.settings, has_gpu=False, parent=w, refusals=refusals)
     qtbot.addWidget(dlg)
     i = dlg.proposer.findData("mtp")
     assert not dlg.proposer.model().item(i).isEnabled()
     assert dlg.proposer.itemData(i, 3) == why  # Qt.ToolTipRole
-    assert why in dlg.mtp_note.text()
+    assert any(why in n.text() for n in dlg.refusal_notes)
     dlg.close()
-    ok = SettingsDialog(w.settings, has_gpu=False, parent=w, mtp_refusal=None)
+    ok = SettingsDialog(w.settings, has_gpu=False, parent=w, refusals={})
     qtbot.addWidget(ok)
     assert ok.proposer.model().item(ok.proposer.findData("mtp")).isEnabled()
     ok.close()

@@ -14,31 +14,12 @@ import pytest
 
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings
+from drive import load
+from clirun import free_port
 
-LOAD_TIMEOUT = 120_000
 GEN_TIMEOUT = 300_000
 KEY = "ui-key"
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def load(qtbot, w, target, draft):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft) if draft else None)
-    assert blocker.args[0] is not None, w.error_banner.text()
 
 
 def serve(qtbot, w) -> openai.OpenAI:
@@ -276,7 +257,7 @@ def test_the_api_key_is_kept_in_the_keyring_and_serves_again_after_a_restart(qtb
     from PySide6.QtCore import QSettings
 
     from specdesk.ui.serve_panel import ServeTab
-    from specdesk.ui.serve_key import SERVICE, USER
+    from specdesk.server.keys import SERVICE, USER
 
     first = ServeTab()
     qtbot.addWidget(first)
@@ -307,7 +288,7 @@ def test_without_a_keyring_nothing_is_kept_and_this_machine_alone_needs_no_key(q
     a key stays as it was."""
     from PySide6.QtCore import QSettings
 
-    from specdesk.ui.serve_key import store_key, stored_key
+    from specdesk.server.keys import store_key, stored_key
     from specdesk.ui.serve_panel import ServeTab
 
     assert not store_key("k") and stored_key() is None

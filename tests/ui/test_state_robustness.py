@@ -71,7 +71,7 @@ def test_a_chat_with_a_stored_negative_seed_still_answers(qtbot, tmp_path, smol_
     ChatSettings.from_dict: a seed of -1 falls back to 0 instead of failing every answer."""
     from pathlib import Path
 
-    from specdesk.ui.chatstore import ChatStore
+    from specdesk.session.chatstore import ChatStore
     from specdesk.ui.main_window import MainWindow
 
     data = tmp_path / "data"

@@ -153,7 +153,7 @@ def test_run_bench_needs_a_draft_for_draft_configs():
 
     target = FakeTarget()
     target.has_draft = False
-    with pytest.raises(SpecDeskError, match="need a draft model"):
+    with pytest.raises(SpecDeskError, match="draft:k=2 cannot run on this pair .*needs a draft model"):
         run_bench(target, [_suite("s", 1)], parse_configs("none,draft:k=2"), BenchOptions(repeats=1, max_tokens=4))
 
 

@@ -8,14 +8,12 @@ import json
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from specdesk.ui import chatstore
-from specdesk.ui.chatstore import ChatStore, Message
+from specdesk.session import chatstore
+from specdesk.session.chatstore import ChatStore, Message
 
 # The schema SpecDesk 0.1 wrote, with no version.
 UNVERSIONED = """
@@ -258,8 +256,8 @@ def test_a_failed_replace_changes_nothing(tmp_path):
 
 NEWER_APP = """
 import sys
-from specdesk.ui import chatstore
-from specdesk.ui.chatstore import ChatStore, Message
+from specdesk.session import chatstore
+from specdesk.session.chatstore import ChatStore, Message
 chatstore.MIGRATIONS.append(%r)
 chatstore.SCHEMA_VERSION = len(chatstore.MIGRATIONS)
 store = ChatStore(sys.argv[1])
@@ -346,12 +344,3 @@ def test_a_database_another_program_has_open_is_never_moved_aside(tmp_path, vers
     store = ChatStore(path)  # closed: moved aside as any unusable file
     assert store.saved and "not a SpecDesk chat database" in store.recovered and len(_kept(tmp_path)) == 1
     store.close()
-
-
-def test_the_store_imports_no_qt():
-    """It lives in ui/ beside the window that uses it, but keeps chats without Qt:
-    its tests and any tool read the database without a display."""
-    out = subprocess.run([sys.executable, "-c", "import sys, specdesk.ui.chatstore; "
-                          "print(sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph')))"],
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"

@@ -9,7 +9,7 @@ from fakes import FakeBackend, FakeModel, exact_joint, pooled_chi_square
 from specdesk.speculative.controller import FixedK
 from specdesk.speculative.auto import AutoK
 from specdesk.speculative.decoder import speculate
-from specdesk.speculative.proposers import MODEL_SOURCES, MtpProposer, NoProposer, registry
+from specdesk.speculative.proposers import MtpProposer, NoProposer, model_sources, registry
 from specdesk.speculative.sampling import SamplingParams
 
 PROMPT = [1, 2, 3]
@@ -121,7 +121,7 @@ def test_sampling_with_the_heads_follows_the_target_distribution(params, k):
 
 def test_auto_prices_mtp_as_a_model_source():
     """A draft that costs a decode per token: auto weighs it as it weighs a draft model."""
-    assert "mtp" in MODEL_SOURCES
+    assert "mtp" in model_sources()
     auto = AutoK()
     for _ in range(auto.first_steps):
         auto.budget("mtp", 1, 400)
@@ -130,10 +130,16 @@ def test_auto_prices_mtp_as_a_model_source():
 
 def test_the_registry_row_builds_it_from_the_session_part():
     kind = registry.kind("mtp")
-    assert kind.needs_mtp and not kind.needs_draft and kind.sources == ("mtp",)
-    assert "mtp" not in registry.WITHOUT_DRAFT and registry.WITH_MTP == ("mtp",)
+    assert kind.needs == registry.MTP_HEADS and not kind.needs_draft and kind.sources == ("mtp",)
+    assert "mtp" not in registry.WITHOUT_DRAFT and registry.drafting_with(registry.MTP_HEADS) == "mtp"
     tm = FakeModel(n_vocab=8)
-    p = kind.build(registry.Parts(draft_model=None, history=None, mtp=lambda: MtpProposer(FakeHeads(tm), 8)))
+
+    def sources(need):
+        if need != registry.MTP_HEADS:
+            raise ValueError(f"no {need}")
+        return MtpProposer(FakeHeads(tm), 8)
+
+    p = kind.build(registry.Parts(sources=sources, history=None))
     assert p.name == "mtp" and p.drafts
     with pytest.raises(ValueError):
-        kind.build(registry.Parts(draft_model=None, history=None))
+        registry.kind("draft").build(registry.Parts(sources=sources, history=None))

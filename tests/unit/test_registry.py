@@ -31,13 +31,17 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
         parse_config("medusa")
 
 
-def test_the_app_offers_every_proposer_in_settings_and_compare():
-    from specdesk.ui.compare_tab import DEFAULT_ON, PRESET_CONFIGS
+def test_the_app_offers_every_proposer_in_settings_and_compare(qtbot):
+    from specdesk.ui.compare_tab import CompareTab
     from specdesk.ui.settings import PROPOSER_LABELS
 
+    tab = CompareTab(lambda: None)
+    qtbot.addWidget(tab)
+    PRESET_CONFIGS = list(tab.config_boxes)
+    DEFAULT_ON = {name for name, box in tab.config_boxes.items() if box.isChecked()}
     assert all(k.label for k in registry.KINDS)
     assert PROPOSER_LABELS == {n: registry.kind(n).label for n in registry.CHOICES}
-    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON <= set(PRESET_CONFIGS)
+    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON == set(registry.CHECKED)
     # every proposer a user chooses has a preset on the Compare tab (none is the baseline;
     # translated is what draft presets run as on a pair of two vocabularies)
     offered = {c.split(":")[0] for c in PRESET_CONFIGS}
@@ -47,15 +51,27 @@ def test_the_app_offers_every_proposer_in_settings_and_compare():
 def test_each_row_builds_a_proposer_that_drafts_from_its_sources():
     t = FakeBackend(FakeModel(n_vocab=8))
     d = FakeBackend(FakeModel(n_vocab=8, seed=1))
-    parts = registry.Parts(draft_model=lambda: DraftModelProposer(d, 8), history=HistoryProposer(),
-                           mtp=lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8))
+    made = {registry.DRAFT_MODEL: lambda: DraftModelProposer(d, 8),
+            registry.MTP_HEADS: lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8)}
+    asked = []
+
+    def sources(need):
+        asked.append(need)
+        return made[need]()
+
+    parts = registry.Parts(sources=sources, history=HistoryProposer())
     for k in registry.KINDS:
+        asked.clear()
         p = k.build(parts)
         assert p.drafts == bool(k.sources), k.name
         assert k.looks_up_history == (k.name in ("ngram+history", "hybrid"))
-    no_draft = registry.Parts(draft_model=None, history=HistoryProposer())
+        assert asked == ([k.needs] if k.needs else []), k.name  # built from what the row says it needs
+
+    def nothing(need):
+        raise ValueError(f"no {need}")
+
     for name in registry.WITHOUT_DRAFT:
-        registry.kind(name).build(no_draft)  # needs nothing else
+        registry.kind(name).build(registry.Parts(sources=nothing, history=HistoryProposer()))  # needs nothing else
     assert t.n_vocab == 8
 
 
@@ -68,25 +84,12 @@ def test_draft_is_translated_on_a_pair_of_two_vocabularies_and_translated_needs_
     assert [c.name for c in resolve_configs([parse_config("draft:k=2")], True)] == ["translated:k=2"]
 
 
-def test_the_chat_settings_offer_every_choice_and_say_when_a_draft_is_missing():
+def test_the_chat_settings_offer_every_choice_as_the_registry_names_it():
     from specdesk.ui.settings import PROPOSER_LABELS as CHAT_LABELS, ChatSettings
 
     assert list(CHAT_LABELS) == list(registry.CHOICES)
     for name in registry.CHOICES:
-        runs, why = ChatSettings(proposer=name).proposer_for(has_draft=False)
-        if registry.kind(name).needs_draft:
-            # never silently: the answer's line says what runs instead, and why
-            assert runs == "ngram" and why == f"no draft model loaded: ngram instead of {name}"
-            # a target with MTP heads that can draft drafts with them instead
-            assert ChatSettings(proposer=name).proposer_for(has_draft=False, mtp_refusal=None)[0] == "mtp"
-        elif registry.kind(name).needs_mtp:
-            # heads not known to draft (nothing said, or the target's refusal): n-gram lookups, said
-            assert runs == "ngram" and "MTP heads" in why
-            assert ChatSettings(proposer=name).proposer_for(has_draft=False, mtp_refusal=None) == (name, "")
-        else:
-            assert (runs, why) == (name, "")
-        assert ChatSettings(proposer=name).proposer_for(has_draft=True, mtp_refusal=None) == (name, "")
-        assert ChatSettings(proposer=name).generation_config(has_draft=False).proposer == runs
+        assert ChatSettings(proposer=name).generation_config().proposer == name
 
 
 def test_one_baseline_one_fallback_one_default_and_every_config_name_reads_back():

@@ -45,12 +45,14 @@ from ..fmt import format_bytes
 from ..library.quants import QuantUpgrade, upgrade_for
 from ..session import GenerationConfig
 from ..session.drift import PROBE_PROMPT, pair_drift
-from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text
+from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text, memory_buys_text
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
 from ..speculative.drift import Drift
-from ..speculative.proposers import DraftModelProposer, registry
+from ..speculative.proposers import registry
+from ..speculative.proposers.base import DRAFT
+from ..speculative.proposers.registry import Need
 from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
 from .configs import BenchConfig, proposer_of
@@ -97,7 +99,9 @@ class Calibration:
     # how the draft model drafts: "draft" (same vocabulary) or "translated" (another
     # vocabulary, its text re-tokenized), or "mtp" where the target's own MTP heads are
     # the draft (no draft model): its costs and acceptance are that proposer's
-    draft_source: str = "draft"
+    draft_source: str = DRAFT
+    # the proposer that drafts with that source on this pair (its configurations are the loop's candidates)
+    proposer: str = registry.DEFAULT
     # the RPC servers the target's layers are on: every target step pays their round trip
     remote: tuple[str, ...] = ()
     # the loop's runs, which the predictions come from (None: the components alone, no verdict)
@@ -125,6 +129,7 @@ class Calibration:
             "drift": self.drift.to_dict() if self.drift is not None else None,
             "quant_upgrade": self.quant_upgrade.to_dict() if self.quant_upgrade is not None else None,
             "draft_source": self.draft_source,
+            "proposer": self.proposer,
             "remote": list(self.remote),
             "verify_per_token": {str(b): self.verify_per_token(b) for b in range(1, self.k_max + 2)},
             "loop": self.loop.to_dict() if self.loop is not None else None,
@@ -197,65 +202,31 @@ def _measure_verify(run: _Run, prompt: list[int]) -> None:
             run.k_max = LONG_K
 
 
-def _measure_draft(run: _Run, prompt: list[int], translated: bool) -> Callable[[], object]:
-    """A draft call of 1..k_max tokens (translation included for a translated draft);
+def _measure_source(run: _Run, prompt: list[int], need: Need) -> Callable[[], object]:
+    """A draft of 1..k_max tokens by the session's source for ``need`` (translation
+    included for a translated draft), each from where a fully accepted step leaves it;
     returns how to make the proposer that was timed."""
     session = run.session
-    dctx = session.draft.ctx
+    src = session.source(need)
     greedy, rng = SamplingParams(), np.random.default_rng(0)
-    base = len(prompt) - 1
-    if translated:
-        # The draft speaks another vocabulary: time (and later score) the proposer that
-        # runs it, translation included. Proposing again from the same sequence rolls
-        # the draft back to the prompt's text by itself.
-        def make_proposer():
-            return session.make_proposer(GenerationConfig(proposer="draft", p_min=0.0))
-
-        proposer = make_proposer()
-        dctx.rollback(0)
-        proposer.prepare(prompt, lambda source, m: 1)
-
-        def draft(k: int) -> None:
-            proposer.propose(prompt, lambda source, m: k, greedy, rng)
-    else:
-        def make_proposer():
-            return DraftModelProposer(dctx, session.target.model.n_vocab, p_min=0.0)
-
-        dctx.prefill(prompt[:-1], logits=False)
-        proposer = make_proposer()
-
-        def draft(k: int) -> None:
-            dctx.rollback(base)
-            proposer.propose(prompt, lambda source, m: k, greedy, rng)
-
-    draft(1)
-    lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
-    for k in run.ks:
-        run.step(f"measuring a draft of {k} tokens", lo + DRAFT_SHARE * k / run.k_max)
-        run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
-    return make_proposer
-
-
-def _measure_heads(run: _Run, prompt: list[int]) -> Callable[[], object]:
-    """A draft of 1..k_max tokens by the target's own MTP heads, each after the catch-up
-    a fully accepted step leaves them (k + 1 tokens); returns how to make the proposer."""
-    session = run.session
-    greedy, rng = SamplingParams(), np.random.default_rng(0)
+    config = GenerationConfig(proposer=registry.drafting_with(need), p_min=0.0)
 
     def make_proposer():
-        return session.make_proposer(GenerationConfig(proposer="mtp", p_min=0.0))
+        return session.make_proposer(config)
 
-    proposer = make_proposer()  # the target keeps its hidden states from here on
+    proposer = make_proposer()  # a source that reads the target's states has them from here on
     session.target.ctx.prefill(prompt[:-1], logits=False)
+    src.reset()
+    proposer.prepare(prompt, lambda source, m: 1)
 
     def draft(k: int) -> None:
-        proposer.heads.rollback(max(0, min(len(proposer.heads.history), len(prompt) - 1 - k)))
+        src.rewind(len(prompt), k)
         proposer.propose(prompt, lambda source, m: k, greedy, rng)
 
     draft(1)
     lo = COMPONENTS_SHARE - ACCEPTANCE_SHARE - DRAFT_SHARE
     for k in run.ks:
-        run.step(f"measuring a draft of {k} tokens by the MTP heads", lo + DRAFT_SHARE * k / run.k_max)
+        run.step(f"measuring a draft of {k} tokens by the {need}", lo + DRAFT_SHARE * k / run.k_max)
         run.costs.set_draft(k, run.time(lambda k=k: draft(k), max(2, run.reps - 1)))
     return make_proposer
 
@@ -314,15 +285,11 @@ def calibrate(
             log.info("kernel drift not measured: %s", e)
 
     acceptance = None
-    translated = bool(getattr(session, "translated", False))
-    source = "translated" if translated else "draft"
-    heads = getattr(session, "mtp", None)
-    if session.draft is not None:
-        make_proposer = _measure_draft(run, prompt, translated)
-        acceptance = _measure_acceptance(run, prompt, make_proposer, acceptance_tokens)
-    elif heads is not None and not heads.refusal():  # no draft model: the target's own MTP heads draft
-        source = "mtp"
-        make_proposer = _measure_heads(run, prompt)
+    need = session.drafting_need()  # the draft file's source, else the target's own heads
+    source = str(session.source(need).source) if need is not None else str(DRAFT)
+    proposer = session.proposer_name(GenerationConfig(proposer=registry.drafting_with(need))) if need else registry.DEFAULT
+    if need is not None:
+        make_proposer = _measure_source(run, prompt, need)
         acceptance = _measure_acceptance(run, prompt, make_proposer, acceptance_tokens)
     session.reset()
     mem = session.memory()
@@ -338,6 +305,7 @@ def calibrate(
         drift=kernel_drift,
         quant_upgrade=_quant_upgrade(session.target.spec.path, d.total_bytes if d else 0),
         draft_source=source,
+        proposer=proposer,
         remote=tuple(getattr(session.target.spec, "rpc", ()) or ()),
     )
     if loop:
@@ -362,7 +330,7 @@ def loop_candidates(cal: Calibration, also: Sequence[BenchConfig] = ()) -> list[
         alphas = cal.draft_acceptance.alphas(cal.k_max)
         rated = sorted(range(1, cal.k_max + 1), key=lambda k: -predict_fixed(cal, k, alphas))
         for k in sorted({1, *rated[:BEST_KS]}):
-            out.append(BenchConfig(cal.draft_source, k))
+            out.append(BenchConfig(cal.proposer, k))
     for c in also:
         if len(out) > MAX_LOOP_CONFIGS:
             break
@@ -408,14 +376,14 @@ def predict_run(cal: Calibration, stats: dict, proposer: str) -> float | None:
     kind = registry.REGISTRY.get(proposer)
     # a draft model's (or the MTP heads') every draft costs draft time; a kind that also looks up pays only
     # for the model's
-    every_draft_pays = kind is not None and (kind.needs_draft or kind.needs_mtp) and not kind.looks_up
+    every_draft_pays = kind is not None and kind.needs is not None and not kind.looks_up
     total = 0.0
     for k, n in hist.items():
         if n <= 0:
             continue
         d = cal.draft_ratio(k) if every_draft_pays and k > 0 else 0.0
         total += n * (cal.verify_ratio(k + 1) + d)
-    if kind is not None and kind.needs_draft and kind.looks_up:
+    if kind is not None and kind.needs is not None and kind.looks_up:
         # only the steps the draft model drafted cost draft time; lookups are free
         model = stats.get("model_draft_lengths")
         if model is None:  # a report from before the counter: charge every draft
@@ -517,7 +485,7 @@ def component_table(cal: Calibration) -> list[dict]:
     if cal.draft_acceptance is None:
         return []
     alphas = cal.draft_acceptance.alphas(cal.k_max)
-    return [{"config": f"{cal.draft_source}:k={k}", "predicted_speedup": predict_fixed(cal, k, alphas)}
+    return [{"config": f"{cal.proposer}:k={k}", "predicted_speedup": predict_fixed(cal, k, alphas)}
             for k in range(1, cal.k_max + 1)]
 
 
@@ -576,8 +544,8 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         n = int(cal.draft_bytes / cal.kv_bytes_per_token)
         memory_alternative = (
             f"The draft's {format_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "
-            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)"
-            + (f", or a better quantization of the target: {cal.quant_upgrade.describe()}." if cal.quant_upgrade else ".")
+            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)."
+            + (" " + memory_buys_text(cal.quant_upgrade.to_dict()) if cal.quant_upgrade else "")
         )
         parts.append(memory_alternative)
     exactness = claim_text(cal.drift.to_dict() if cal.drift is not None else None)

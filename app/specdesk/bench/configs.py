@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import SpecDeskError
 from ..session import GenerationConfig, translated_refusal
 from ..speculative.proposers import registry
+from ..speculative.proposers.base import HISTORY
 from ..speculative.sampling import SamplingParams
 
 #: ``none,draft:k=2,draft:k=4,draft:auto,ngram,hybrid``: the registry's bench presets
@@ -51,6 +52,12 @@ class BenchConfig:
         return registry.kind(self.proposer).needs_draft
 
     @property
+    def drafts_with_target(self) -> bool:
+        """It drafts with a source of the target's own file (its MTP heads)."""
+        need = registry.kind(self.proposer).needs
+        return need is not None and not need.in_draft_file
+
+    @property
     def baseline(self) -> bool:
         """Target alone: the first configuration of every benchmark."""
         return registry.kind(self.proposer).baseline
@@ -83,7 +90,7 @@ def parse_config(item: str) -> BenchConfig:
         if key in seen:
             raise ConfigError(f"config {item!r} gives {key} twice ({seen[key]} and {opt}): keep one")
         seen[key] = opt
-        if opt == "history":
+        if opt == HISTORY:  # ngram:history, the kind that also looks up earlier turns
             if proposer in _WITH_HISTORY:
                 proposer = _WITH_HISTORY[proposer]
             elif proposer not in _WITH_HISTORY.values():

@@ -42,6 +42,7 @@ from ..errors import Cancelled, SpecDeskError
 from ..session import Generation, GenerationConfig
 from ..session.core import HISTORY_PROMPT_TAIL
 from ..speculative.divergence import explain
+from ..speculative.proposers.base import NO_SOURCE_CODE, Source
 from ..speculative.proposers.registry import BASELINE
 from ..speculative.sampling import SamplingParams
 from ..session.fit import fit_chat
@@ -58,7 +59,8 @@ Progress = Callable[[int, int, str], None]  # (done, total, what is running)
 class BenchTarget(Protocol):
     """What the runner needs from a loaded pair (a Session, or a fake in tests)."""
 
-    has_draft: bool
+    def refusal(self, proposer: str) -> str | None:
+        """Why a configuration of ``proposer`` cannot run on this pair (None: it can)."""
 
     def prompt_tokens(self, text: str) -> list[int]: ...
 
@@ -132,13 +134,15 @@ class SessionTarget:
 
     def __init__(self, session, raw: bool = False) -> None:
         self.session = session
-        self.has_draft = session.draft is not None
         self.translated = bool(session.translated)
         self.raw = raw  # prompts as plain completions, without the chat template
 
     @property
     def n_ctx(self) -> int:
         return self.session.target.ctx.n_ctx
+
+    def refusal(self, proposer: str) -> str | None:
+        return self.session.refusal(GenerationConfig(proposer=proposer))
 
     def prompt_tokens(self, text: str) -> list[int]:
         if self.raw:
@@ -236,7 +240,6 @@ def chat_messages(prompt: Prompt, t: int, answers: Sequence[str]) -> list[dict]:
 
 #: A token's provenance in a run's timeline: one letter for its kind, one for its source.
 KIND_CODES = {"target": "t", "accepted": "a", "correction": "c", "bonus": "b"}
-SOURCE_CODES = {"draft": "d", "translated": "t", "ngram": "n", "history": "h", "mtp": "m", "": "-"}
 
 
 def timeline(gen: Generation) -> dict:
@@ -244,7 +247,7 @@ def timeline(gen: Generation) -> dict:
     ``t`` the decode seconds at the end of each step (the clock starts after the prompt,
     which took ``prompt_seconds``), ``n`` the tokens each step emitted, ``chars`` each
     token's length in the run's text, ``kind`` and ``source`` one letter per token
-    (:data:`KIND_CODES`, :data:`SOURCE_CODES`)."""
+    (:data:`KIND_CODES`, and each source's own ``code``)."""
     ts, ns, chars, kinds, sources = [], [], [], [], []
     for step in gen.steps:
         if step.tokens:
@@ -253,7 +256,7 @@ def timeline(gen: Generation) -> dict:
             for tok in step.tokens:
                 chars.append(len(tok.text))
                 kinds.append(KIND_CODES.get(tok.kind, "t"))
-                sources.append(SOURCE_CODES.get(tok.source, "-"))
+                sources.append(Source.of(tok.source).code if tok.source else NO_SOURCE_CODE)
         if step.tail and chars:
             chars[-1] += len(step.tail)
     return {"prompt_seconds": round(gen.stats.prompt_seconds, 6), "t": ts, "n": ns, "chars": chars,
@@ -390,6 +393,18 @@ class _Bench:
         }
 
 
+def runnable_configs(target: BenchTarget, configs: Sequence[BenchConfig]) -> list[BenchConfig]:
+    """The configurations as they run on ``target``'s pair (a draft of another
+    vocabulary drafts ``translated``); SpecDeskError in one line, before any work, for
+    one the pair cannot run. Already resolved configurations come back as they are."""
+    configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
+    refused = [(c.name, why) for c in configs if (why := target.refusal(c.proposer))]
+    if refused:
+        raise SpecDeskError(f"{', '.join(n for n, _ in refused)} cannot run on this pair ({refused[0][1]}): "
+                            "load what they draft with, or drop them from --configs")
+    return configs
+
+
 def run_bench(
     target: BenchTarget,
     suites: Sequence[Suite],
@@ -407,11 +422,7 @@ def run_bench(
     time budget."""
     if not configs[0].baseline:
         raise ValueError(f"the first config must be the baseline, {BASELINE}")
-    configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
-    if not target.has_draft:
-        missing = [c.name for c in configs if c.needs_draft]
-        if missing:
-            raise SpecDeskError(f"{', '.join(missing)} need a draft model; load one or drop them from --configs")
+    configs = runnable_configs(target, configs)
     bench = _Bench(target, suites, configs, options, progress, cancel, on_run, keep)
     if options.warmup:
         bench.warm_up()

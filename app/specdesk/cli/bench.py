@@ -9,14 +9,14 @@ from pathlib import Path
 
 from ..bench.advisor import advise, calibrate
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import DEFAULT_CONFIGS, parse_configs, proposer_of, resolve_configs
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs, proposer_of
 from ..bench.report import check_writable, markdown, remove_if_empty, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
 from ..session import GenerationConfig
-from ..session.mtp import TargetHeads
-from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
+from ..session.source_table import drafts_alone
+from ..session.text import drift_summary, memory_buys_text, noise_text, predicted_cell, prediction_verdict_label, stopping_text
 from ..speculative.proposers import registry
 from .args import add_model_options, default_model_path, float_in, int_at_least, load_session, non_negative_int, positive_int
 from .output import dump_json, progress_bar
@@ -107,12 +107,11 @@ def cmd_bench(args) -> int:
     options = ComparisonOptions(bench=bench_options(args, warmup=not args.no_warmup), advisor=not args.no_advisor)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     created = check_writable(out)  # fail before any model work when the report could not be written
-    # the advisor calibrates the draft model, or the target's MTP heads where the configs draft with them
+    # the advisor calibrates the draft file's source, unless the configs draft with the target's own
     need_draft = any(c.needs_draft for c in configs) or (
-        not args.no_advisor and not any(registry.kind(c.proposer).needs_mtp for c in configs))
+        not args.no_advisor and not any(c.drafts_with_target for c in configs))
     try:
         with load_session(args, need_draft) as s:
-            resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
             if s.translated:
                 print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
                       file=sys.stderr)
@@ -147,15 +146,15 @@ def print_comparison_notes(res: ComparisonResult) -> None:
     print(stopping_text(res.stopping, rows), file=sys.stderr)
     print(noise_text(res.bench["summary"].get("noise")), file=sys.stderr)
     if cal is not None and cal.quant_upgrade is not None:
-        pub, note = res.published_quant, res.published_quant_note
-        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
-              + (f"{pub.describe()}." if pub else f"{note}."), file=sys.stderr)
+        pub = res.published_quant
+        print(memory_buys_text(cal.quant_upgrade.to_dict(), pub.to_dict() if pub else None, res.published_quant_note),
+              file=sys.stderr)
 
 
 def cmd_advise(args) -> int:
-    # a target with MTP heads that can draft is advised on them, unless a draft is named
+    # a target that drafts for itself (its own heads) is advised on that, unless a draft is named
     target = args.target or default_model_path("target")
-    with load_session(args, need_draft=args.draft is not None or not TargetHeads.of_file(target).load) as s:
+    with load_session(args, need_draft=args.draft is not None or not drafts_alone(target)) as s:
         bar, progress = comparison_progress("advise")
         with bar:
             cal = calibrate(s, progress=progress)
@@ -186,8 +185,7 @@ def cmd_advise(args) -> int:
     print()
     print(adv.text)
     if cal.quant_upgrade is not None:
-        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
-              + (f"{pub.describe()}." if pub else f"{pub_note}."))
+        print(memory_buys_text(cal.quant_upgrade.to_dict(), pub.to_dict() if pub else None, pub_note))
     if adv.exactness:
         print()
         print(adv.exactness)

@@ -15,7 +15,7 @@ from ..paths import models_dir, user_cache_dir, user_data_dir
 from ..errors import SpecDeskError
 from ..session import ModelSpec, backends, build_info, devices, gpu_build_hint, supports_gpu_offload
 from ..session.offload import MARGIN_BYTES, fit_offload, offload_gpus
-from ..session.text import mtp_heads_text
+from ..session.source_table import alone_text, file_rows
 from ..session.remote import register_servers, reinstall_command, rpc_supported
 from .args import rpc_endpoints, use_rpc
 from .output import dump_json
@@ -85,16 +85,15 @@ def report(scan_library: bool = True) -> dict:
     if scan_library:
         lib = scan()
         out["models"] = [{"name": e.name, "path": str(e.path), "size_bytes": e.size, "usable": e.valid,
-                          "sources": list(e.sources), "error": e.error, **_mtp(e.info)} for e in lib.entries if e.present]
+                          "sources": list(e.sources), "error": e.error, **_drafts(e.info)} for e in lib.entries if e.present]
     return out
 
 
-def _mtp(info: dict | None) -> dict:
-    """A model's multi-token-prediction heads (the mtp proposer drafts with them)."""
+def _drafts(info: dict | None) -> dict:
+    """What a model's own file offers to draft with (its MTP heads), and whether it can
+    draft for itself with no draft file."""
     info = info or {}
-    heads, problem = info.get("mtp_heads") or 0, info.get("mtp_problem")
-    return {"mtp_heads": heads, "mtp_usable": bool(heads) and problem is None,
-            "mtp": mtp_heads_text(heads, problem, info.get("architecture") or "")}
+    return {"draft_sources": dict(file_rows(info)), "drafts_alone": alone_text(info)}
 
 
 def _text(r: dict) -> str:
@@ -130,9 +129,9 @@ def _text(r: dict) -> str:
     if "models" in r:
         usable = sum(1 for m in r["models"] if m["usable"])
         lines.append(f"models found: {len(r['models'])} ({usable} usable; specdesk models list shows them)")
-        heads = [m for m in r["models"] if m.get("mtp_heads")]
-        lines.append(f"models with MTP heads (--proposer mtp): {len(heads) or 'none'}")
-        lines += [f"  {m['name']}: {m['mtp']}" for m in heads]
+        alone = [m for m in r["models"] if m.get("drafts_alone")]
+        lines.append(f"models that draft for themselves, with no draft file: {len(alone) or 'none'}")
+        lines += [f"  {m['name']}: {m['drafts_alone']}" for m in alone]
     for k, v in r["folders"].items():
         lines.append(f"{k} folder: {v}")
     return "\n".join(lines)

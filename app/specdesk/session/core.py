@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import psutil
@@ -21,7 +21,6 @@ from ..engine.context import Context
 from ..engine.devices import handles
 from ..system.memory import MemoryReport, ModelMemory, gpu_memory, report
 from ..engine.model import Model, amx_compiled, repack_types
-from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..fmt import format_bytes
@@ -32,14 +31,19 @@ from ..speculative.controller import Controller, FixedK
 from ..speculative.auto import AutoK
 from ..speculative.costmodel import CostModel
 from ..speculative.decoder import Step, speculate
-from ..speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, Proposer, TranslatedDraftProposer, registry
+from ..speculative.proposers import HistoryProposer, Proposer, registry
+from ..speculative.proposers.registry import DRAFT_MODEL, Need
 from ..speculative.stats import Stats
 from . import costcache, remote
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
-from .mtp import TargetHeads
+from .source_table import load_options, own_sources
+from .sources import DraftModel, DraftSource, Missing, warm_up_context
+from .text import instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: How much of a prompt's end is kept with its answer in the history index.
 HISTORY_PROMPT_TAIL = 64
@@ -131,7 +135,8 @@ class LoadedModel:
 
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
-              placement: remote.Placement | None = None, where: str = "", load_mtp: bool = False) -> LoadedModel:
+              placement: remote.Placement | None = None, where: str = "", options: dict | None = None) -> LoadedModel:
+    """Load one model (``options``: what its own draft sources need of the load)."""
     spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
@@ -147,11 +152,11 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
     ngl = spec.n_gpu_layers if placement is None else placement.n_gpu_layers
     repack = weights_to_repack(spec.path, ngl)
     if placement is None:
-        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, repack=repack, load_mtp=load_mtp)
+        model = Model(spec.path, n_gpu_layers=ngl, progress=cb, repack=repack, **(options or {}))
     else:
         model = Model(spec.path, n_gpu_layers=ngl, progress=cb, devices=None if placement.device_names is None else handles(placement.device_names),
                       tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints,
-                      repack=repack, load_mtp=load_mtp)
+                      repack=repack, **(options or {}))
     try:
         ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
     except BaseException:
@@ -182,12 +187,18 @@ class Session:
     """A loaded target (and optionally a draft) with what has been learnt about them."""
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, compat: Compatibility | None = None,
-                 mtp: TargetHeads | None = None) -> None:
+                 sources: Sequence[DraftSource] = ()) -> None:
         self.target = target
-        self.draft = draft
+        self.draft = draft  # the draft file, loaded (a draft model, or a head)
         self.compat = compat
-        # the target's own MTP heads (the mtp proposer), and why they cannot draft
-        self.mtp = mtp or TargetHeads.none(target.name if target is not None else "")
+        # what the proposers draft with, by need (session/sources.py): the draft file's
+        # source, the target's own MTP heads, ...; a need without one is Missing
+        self.sources: dict[Need, DraftSource] = {}
+        if draft is not None:
+            self.sources[DRAFT_MODEL] = DraftModel(DRAFT_MODEL, draft, target, compat)
+        for src in sources:
+            self.sources[src.need] = src
+        self._in_use: Need | None = None  # the need the last generation drafted with
         # Earlier turns of this session, for history lookups (bounded by tokens kept).
         self.history = HistoryProposer()
         # One auto controller per session: its measured costs and acceptance carry over
@@ -296,8 +307,8 @@ class Session:
                 check_context_memory(spec)
         sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
-        heads = TargetHeads.of_file(target.path)
-        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, wheres[0], load_mtp=heads.load)
+        own = own_sources(target.path)
+        t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, wheres[0], load_options(own))
         try:
             d = None
             compat = None
@@ -312,7 +323,7 @@ class Session:
         except BaseException:
             t.close()
             raise
-        session = cls(t, d, compat, heads)
+        session = cls(t, d, compat, [src.attach(t) for src in own])
         if remember_costs:
             session.remember_costs()
         return session
@@ -336,10 +347,10 @@ class Session:
         finally:
             self._costs_key = None
             try:
-                self.mtp.close()
-                if self.draft is not None:
-                    self.draft.close()
-                    self.draft = None
+                for src in self.sources.values():
+                    src.close()
+                self.sources.clear()
+                self.draft = None
             finally:
                 if self.target is not None:
                     self.target.close()
@@ -400,6 +411,17 @@ class Session:
                 f"lower max tokens to {n_ctx - len(prompt)} or raise the context size"
             )
 
+    def auto_estimate(self):
+        """auto's current estimate (why it drafts or not), read as one object: the worker
+        replaces it whole at each step; None before its first."""
+        return self.auto.estimate
+
+    def estimated_reference(self) -> float | None:
+        """Target alone's speed (tokens/s) as this session's single target steps time it
+        (what every verify of one token costs); None before it has timed one."""
+        step = self.auto.costs.reference_step
+        return 1.0 / step if step else None
+
     def make_controller(self, config: GenerationConfig) -> Controller:
         """The session's own auto controller (what it learnt carries over to the next
         answer, and through the cost cache to the next session on this pair, in the CLI
@@ -420,31 +442,90 @@ class Session:
         except registry.PairMismatch:
             raise SpecDeskError(translated_refusal(config.proposer)) from None
 
-    def make_proposer(self, config: GenerationConfig, history: HistoryProposer | None = None) -> Proposer:
-        """The proposer for ``config``; its history lookups read ``history`` (the
-        session's own by default)."""
+    def source(self, need: Need) -> DraftSource:
+        """The session's source for ``need`` (a Missing one where it has none)."""
+        return self.sources.get(need) or Missing(need)
+
+    def refusal(self, config: GenerationConfig) -> str | None:
+        """Why ``config`` cannot run on this session, in one line; None when it can."""
+        try:
+            kind = registry.kind(self.proposer_name(config))
+        except SpecDeskError as e:
+            return str(e)
+        if kind.needs is None:
+            return None
+        src = self.sources.get(kind.needs)
+        if src is None:
+            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file, registry.WITHOUT_DRAFT)
+        return src.refusal()
+
+    def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:
+        """Whether ``config`` can run on this session: (its proposer, None), or (None, why
+        not, in one line). The one answer every front end asks for; the proposer's
+        history lookups read ``history`` (the session's own by default)."""
+        why = self.refusal(config)
+        if why is not None:
+            return None, why
         kind = registry.kind(self.proposer_name(config))
-        if kind.needs_draft and self.draft is None:
-            raise SpecDeskError(f"the {config.proposer} proposer needs a draft model; load one or use {' or '.join(registry.WITHOUT_DRAFT)}")
-        if kind.needs_mtp and self.mtp.refusal():
-            raise SpecDeskError(self.mtp.refusal())
-        if not kind.needs_mtp:
-            self.mtp.idle()
-        return kind.build(registry.Parts(draft_model=lambda: self._draft_proposer(config.p_min),
-                                         history=self.history if history is None else history,
-                                         mtp=lambda: self._mtp_proposer(config.p_min)))
+        parts = registry.Parts(sources=lambda need: self.source(need).proposer(config),
+                               history=self.history if history is None else history)
+        return kind.build(parts), None
 
-    def _mtp_proposer(self, p_min: float) -> Proposer:
-        """The target's own MTP heads as a proposer."""
-        return MtpProposer(self.mtp.heads(self.target.model, self.target.ctx), self.target.model.n_vocab, p_min=p_min)
+    def choose(self, config: GenerationConfig) -> tuple[GenerationConfig, str]:
+        """What an answer runs when a chat asks for ``config``, and why it is not that
+        ("" when it is): a kind whose source this session lacks runs the first kind that
+        drafts with a source it has (the target's MTP heads where no draft model is
+        loaded), else the registry's fallback, and says so."""
+        if self.refusal(config) is None:
+            return config, ""
+        need = registry.kind(config.proposer).needs
+        for k in registry.KINDS:
+            other = replace(config, proposer=k.name)
+            if k.substitute and k.name != config.proposer and self.refusal(other) is None:
+                return other, instead_text(config.proposer, k.name, need.name if need else "")
+        other = replace(config, proposer=registry.FALLBACK)
+        return other, instead_text(config.proposer, registry.FALLBACK, need.name if need else "")
 
-    def _draft_proposer(self, p_min: float) -> Proposer:
-        """The draft model as a proposer: in the target's vocabulary, or translated."""
-        if self.translated:
-            vi = self.draft.model.vocab_info()
-            return TranslatedDraftProposer(self.draft.ctx, ModelTokenizer(self.draft.model), ModelTokenizer(self.target.model),
-                                           prefix=[vi.bos] if vi.add_bos and vi.bos >= 0 else [], p_min=p_min)
-        return DraftModelProposer(self.draft.ctx, self.target.model.n_vocab, p_min=p_min)
+    def drafting_need(self) -> Need | None:
+        """The source a calibration measures: the draft file's, else one of the target's
+        own that can draft (its MTP heads); None when nothing can draft."""
+        needs = sorted(self.sources, key=lambda n: not n.in_draft_file)
+        return next((n for n in needs if self.sources[n].refusal() is None), None)
+
+    def runnable_configs(self, configs: Sequence[T]) -> list[T]:
+        """Those of ``configs`` (anything with a ``proposer`` name: a GenerationConfig, a
+        bench configuration) that can run on this session."""
+        return [c for c in configs if self.refusal(GenerationConfig(proposer=c.proposer)) is None]
+
+    def cannot_run(self) -> dict[str, str]:
+        """The choices this session cannot run whatever draft file is loaded (those that
+        draft with the target's own heads it cannot draft with), each with why."""
+        out = {}
+        for name in registry.CHOICES:
+            need = registry.kind(name).needs
+            if need is not None and not need.in_draft_file:
+                why = self.refusal(GenerationConfig(proposer=name))
+                if why:
+                    out[name] = why
+        return out
+
+    def make_proposer(self, config: GenerationConfig, history: HistoryProposer | None = None) -> Proposer:
+        """The proposer for ``config``, with its source switched on for a generation
+        (SpecDeskError with the reason where it cannot run here)."""
+        proposer, why = self.runnable(config, history)
+        if proposer is None:
+            raise SpecDeskError(why)
+        self._use(registry.kind(self.proposer_name(config)).needs)
+        return proposer
+
+    def _use(self, need: Need | None) -> None:
+        """Switch on the source a generation drafts with, and off the others."""
+        for n, src in self.sources.items():
+            if n != need:
+                src.idle()
+        if need is not None:
+            self.sources[need].use()
+        self._in_use = need
 
     def generate(
         self,
@@ -504,8 +585,8 @@ class Session:
         return h
 
     def _contexts_now(self) -> tuple:
-        """The tokens both contexts hold."""
-        return (tuple(self.target.ctx.history), tuple(self.draft.ctx.history) if self.draft is not None else None)
+        """The tokens the contexts hold (the target's, then each source's)."""
+        return (tuple(self.target.ctx.history),) + tuple(src.holds() for src in self.sources.values())
 
     def run(self, prompt: Sequence[int], config: GenerationConfig,
             cancel: Callable[[], bool] | None = None) -> "Generation":
@@ -516,28 +597,29 @@ class Session:
         """Empty both contexts, so the next run evaluates its whole prompt (fair timing,
         exact replays)."""
         self.target.ctx.rollback(0)
-        self.mtp.reset()
-        if self.draft is not None:
-            self.draft.ctx.rollback(0)
+        for src in self.sources.values():
+            src.reset()
 
-    def warm_up(self, n: int = 8) -> None:
-        """Touch every weight once (mmap page-in) so the first timed run is not a cold one."""
-        for lm in (self.target, self.draft):
-            if lm is None:
-                continue
-            toks = lm.model.tokenize("Warm up the model.", add_special=True)[:n] or [0]
-            lm.ctx.prefill(toks)
-            lm.ctx.eval([toks[-1]], all_rows=False)
-            lm.ctx.rollback(0)
+    def warm_up(self) -> None:
+        """Touch every weight once (mmap page-in) and set up the contexts' batch shapes,
+        so the first timed run is not a cold one."""
+        warm_up_context(self.target.model, self.target.ctx)
+        for src in self.sources.values():
+            src.warm_up()
 
     # -- memory -------------------------------------------------------------------
 
     def memory(self, roles: Sequence[str] = ("target", "draft")) -> MemoryReport:
         models = []
         if "target" in roles:
-            models.append(self.mtp.with_heads(self.target.memory()))
-        if "draft" in roles and self.draft is not None:
-            models.append(self.draft.memory())
+            models.append(self.target.memory())
+        if "draft" in roles:
+            # the draft file's memory, else what the source drafting with adds (the MTP heads' context)
+            first = [DRAFT_MODEL, self._in_use] + list(self.sources)
+            extra = next((m for m in (self.sources[n].memory() for n in dict.fromkeys(first) if n in self.sources)
+                          if m is not None), None)
+            if extra is not None:
+                models.append(extra)
         return report(models)
 
 

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..chat.sandbox import HINT as TEMPLATE_HINT
+from ..fmt import format_bytes
 from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
-from ..rules import mtp as mtp_rules
 from ..speculative.stats import Stats
 
 
@@ -30,16 +30,23 @@ def for_the_app(message: str) -> str:
     return message.replace(TEMPLATE_HINT, "load another model, or run it from the command line with --raw")
 
 
-def without_draft_text(asked: str, runs: str) -> str:
-    """Why an answer runs ``runs`` when its chat asks for ``asked``, which needs a draft
-    model that is not loaded."""
-    return f"no draft model loaded: {runs} instead of {asked}"
+def instead_text(asked: str, runs: str, need: str) -> str:
+    """Why an answer runs ``runs`` when its chat asks for ``asked``, which drafts with a
+    ``need`` (a draft model, MTP heads) this session has not got, or cannot draft with."""
+    return f"no {need} that can draft here: {runs} instead of {asked}"
 
 
-def without_heads_text(asked: str, runs: str) -> str:
-    """Why an answer runs ``runs`` when its chat asks for ``asked``, which drafts with MTP
-    heads the loaded target cannot draft with."""
-    return f"the target has no MTP heads that can draft: {runs} instead of {asked}"
+def missing_source_text(need: str) -> str:
+    """Why a session cannot draft with a ``need`` it has not loaded."""
+    return f"no {need} is loaded"
+
+
+def source_missing_text(proposer: str, need: str, in_draft_file: bool, without: Sequence[str]) -> str:
+    """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded (from a
+    draft file, or from the target's own file)."""
+    if in_draft_file:
+        return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
+    return f"the {proposer} proposer drafts with the target's own {need}, and this target has none; use {' or '.join(without)}"
 
 
 def share_text(x: float) -> str:
@@ -481,30 +488,56 @@ def replay_clock_text(t: float, end: float, speed: float) -> str:
     return text if speed == 1.0 else f"{text} at {speed:g}×"
 
 
-# -- MTP heads (specdesk.rules.mtp) -----------------------------------------------------------------
-
-_MTP_PROBLEMS = {
-    mtp_rules.NO_HEADS: "it carries no MTP heads ({arch}.nextn_predict_layers is 0 or absent)",
-    mtp_rules.UNSUPPORTED: "this llama.cpp has no MTP graph for the {arch} architecture",
-    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, and SpecDesk does not check "
-                          "{arch} files yet (it speculates on qwen35's)"),
-    mtp_rules.TOO_MANY: "llama.cpp's {arch} MTP graph takes one head, and it declares {heads}",
-    mtp_rules.NO_TRUNK: "every one of its blocks is an MTP head: it has no trunk to draft for",
-}
-
-
-def mtp_heads_text(heads: int | None, problem: str | None, arch: str = "") -> str:
-    """What a model's MTP heads allow, as the library and doctor show it: "1 MTP head",
-    "2 MTP heads (chained)", or why they cannot draft; "none" without any."""
-    if not heads:
-        return "none"
-    n = f"{heads} MTP head{'s' if heads != 1 else ''}"
-    if problem:
-        return f"{n}, unusable: " + _MTP_PROBLEMS.get(problem, problem).format(arch=arch or "its", heads=heads)
-    return n + (" (chained, one per draft token)" if heads > 1 else "")
+def memory_buys_text(up: dict | None, pub: dict | None = None, note: str | None = None) -> str:
+    """The draft's memory spent on the target instead: the better quantization it would
+    buy (``QuantUpgrade.to_dict()``, estimated from the sizes), and whether the target's
+    Hugging Face repo publishes it (``PublishedQuant.to_dict()``, or why none is offered):
+    the one sentence the CLI, the app and the advice say it with ("" without one)."""
+    if not up:
+        return ""
+    text = (f"Without the draft, its memory would buy the target at {up['better']} instead of {up['current']}: "
+            f"about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}, estimated)")
+    if pub:
+        size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
+        text += f"; {pub['repo']} publishes {pub['quant']} as {pub['file']}{size}"
+    elif note:
+        text += f" ({note})"
+    return text + "."
 
 
-def mtp_refusal(model: str, problem: str | None, arch: str = "", heads: int = 0) -> str:
-    """Why ``--proposer mtp`` (or the app's MTP choice) cannot run on ``model``."""
-    why = _MTP_PROBLEMS.get(problem or mtp_rules.NO_HEADS, problem or "").format(arch=arch or "its", heads=heads)
-    return f"the mtp proposer drafts with the target's own MTP heads, but {model} cannot: {why}"
+def drift_table_text(drift: dict | None) -> str:
+    """The measured kernel drift by verify batch size, one line a batch (a tooltip's)."""
+    if not drift:
+        return "The kernel drift was not measured."
+    lines = [f"Kernel drift by verify batch size ({drift.get('positions')} positions):"]
+    for b in drift.get("by_batch") or []:
+        lines.append(
+            f"  batch {b['batch']}: mean TV {100 * b['tv_mean']:.3f}%, worst {100 * b['tv_max']:.2f}%, "
+            f"logits ±{b['logit_diff_max']:.3f}, argmax flips {b['flips']}/{b['positions']}"
+        )
+    return "\n".join(lines)
+
+
+def identity_text(row, runs: Sequence[dict], drift: dict | None, temperature: float | None) -> tuple[str, str]:
+    """A configuration's identity with target alone at T=0 (``row``: a bench ConfigRow;
+    ``runs``: the comparison's run records), in a few words and explained: each
+    divergence in a sentence, and what "identical" means on this machine."""
+    if row.baseline:
+        return "baseline", ""
+    if not row.compared:
+        return "not compared (T > 0)", claim_text(drift, temperature)
+    tips = [f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: {verdict_text(r['divergence'], drift)}"
+            for r in runs if r["config"] == row.config and r["identical"] is False and r.get("divergence")]
+    text = f"{row.identical}/{row.compared} identical"
+    if row.near_ties:
+        text += f", {row.near_ties} near-tie"
+    if row.mismatches:
+        text += f", {row.mismatches} MISMATCH"
+    if drift and drift.get("positions"):
+        text += f" · drift flips {100 * drift.get('flip_share', 0.0):.2g}%"
+    tip = "\n".join(tips[:12])
+    if row.near_ties and not row.mismatches:
+        tip += ("\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two "
+                "best tokens nearly tie the argmax can flip. Not a bug.")
+    tip += "\n\n" + claim_text(drift)
+    return text, tip.strip()

@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
 
 from ..session import Generation, GenerationConfig, Session
-from .chatstore import ChatStore, Message
+from ..session.chatstore import ChatStore, Message
 from ..session.fit import fit_chat
 from ..session.text import auto_estimate_text
 from ..session.text import for_the_app as text_for_app
@@ -213,7 +213,7 @@ class ChatController(QObject):
 
     def _generate(self, history: list[dict], new_user_text: str | None = None, replaces: int | None = None) -> bool:
         s = self.host.session
-        cfg = self.host.settings.generation_config(has_draft=s.draft is not None, mtp_refusal=s.mtp.refusal())
+        cfg, instead = s.choose(self.host.settings.generation_config())
         chat_id = self.chat_id
         steps_of = self._steps_of
 
@@ -256,8 +256,7 @@ class ChatController(QObject):
         self._auto = cfg.k == "auto"
         self.host.show_reference()
         self.view.begin_answer()
-        _, why = self.host.settings.proposer_for(has_draft=s.draft is not None, mtp_refusal=s.mtp.refusal())
-        self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}" + (f" · {why}" if why else ""))
+        self.panel.run_info.setText(f"{cfg.describe()} · T={cfg.sampling.temperature:g}" + (f" · {instead}" if instead else ""))
         self.latency.start()
         task.start()
         self.changed.emit()
@@ -294,7 +293,7 @@ class ChatController(QObject):
         """auto's current estimate and why it drafts or not (read as one object: the
         worker replaces it whole at each step)."""
         session = self.host.session
-        estimate = session.auto.estimate if session is not None else None
+        estimate = session.auto_estimate() if session is not None else None
         self.stats.set_estimate(auto_estimate_text(estimate) if estimate is not None else "")
 
     def _store_answer(self, chat_id: int, gen: Generation | None, replaces: int | None) -> str:

@@ -36,24 +36,50 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextBrowser, QToolTip, QWidget
 
-from ..speculative.proposers.base import HISTORY, MTP, NGRAM, TRANSLATED
+from ..speculative.proposers.base import Source, model_sources, lookup_sources
 
-# kind -> (background, label, explanation)
-PROVENANCE = {
+# a token's kind -> (background, label, explanation)
+_KINDS = {
     "accepted": ("#bfeec0", "accepted draft", "proposed by the draft model and kept by the target"),
-    NGRAM: ("#ddd0ff", "accepted lookup", "copied by n-gram prompt lookup and kept by the target"),
-    HISTORY: ("#ffe8a8", "history", "copied from an earlier turn (history lookup) and kept by the target"),
-    TRANSLATED: ("#c8f0e8", "translated", "drafted by a model with another vocabulary, re-tokenized, and kept by the target"),
-    MTP: ("#ffd8e8", "MTP heads", "drafted by the target's own multi-token-prediction heads and kept by the target"),
     "correction": ("#ffcdb8", "correction", "the target's own token after it rejected a draft token"),
     "bonus": ("#c9ddff", "bonus", "the target's extra token after it accepted the whole draft"),
     "target": ("", "target", "a plain target step (nothing was drafted)"),
 }
 
-#: Shorter names for the legend under the chat (the tooltips say it in full).
-LEGEND_LABELS = {"accepted": "draft", NGRAM: "lookup"}
-#: The sources whose accepted tokens have a colour of their own (a draft model's have "accepted"'s).
-OWN_COLOUR = (NGRAM, HISTORY, TRANSLATED, MTP)
+
+def _of_source(source: Source) -> tuple[str, str, str]:
+    verb = "copied from" if source.is_lookup else "drafted by"
+    return source.colour, f"accepted {source.label}", f"{verb} {source.what} and kept by the target"
+
+
+class _Provenance(dict):
+    """A colour key (a token's kind, or the source of an accepted draft token that has a
+    colour of its own) -> (background, label, explanation): the kinds written here, the
+    sources from their own fields (speculative.proposers.base), whichever exist."""
+
+    def __missing__(self, key: str) -> tuple[str, str, str]:
+        source = Source.of(key)
+        if not source.colour:
+            raise KeyError(key)
+        return _of_source(source)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+
+PROVENANCE = _Provenance(_KINDS)
+
+
+def own_colour() -> tuple[Source, ...]:
+    """The sources whose accepted tokens have a colour of their own (a draft model's have "accepted"'s)."""
+    return tuple(s for s in (*model_sources(), *lookup_sources()) if s.colour)
+
 
 SPAN_PROP = QTextFormat.Property.UserProperty + 1
 USER_BG = "#f1f3f5"
@@ -71,8 +97,8 @@ def _answer_format() -> QTextBlockFormat:
 
 
 def colour_key(kind: str, source: str) -> str:
-    if kind == "accepted" and source in OWN_COLOUR:
-        return source
+    if kind == "accepted" and source and Source.of(source).colour:
+        return str(source)
     return kind if kind in PROVENANCE else "target"
 
 
@@ -103,7 +129,7 @@ class Span:
             parts.append(f"draft position {self.position}")
         elif self.kind in ("correction", "bonus") and self.position:
             parts.append(f"after {self.position - 1} accepted")
-        if self.source == NGRAM and self.lookup is not None:
+        if self.lookup is not None:
             parts.append(f"copied from token {self.lookup} of the context")
         if self.p is not None:
             parts.append(f"p = {self.p:.3f}")
@@ -436,9 +462,9 @@ class Legend(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
         lay.setSpacing(10)
-        for key in ("accepted", *OWN_COLOUR, "correction", "bonus"):
+        for key in ("accepted", *own_colour(), "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
-            label = LEGEND_LABELS.get(key, label)
+            label = key.label if isinstance(key, Source) else ("draft" if key == "accepted" else label)
             sw = QLabel()
             sw.setFixedSize(14, 14)
             sw.setStyleSheet(f"background:{bg}; border:1px solid #adb5bd; border-radius:2px;")

@@ -31,7 +31,7 @@ from ..library.discovery import scan
 from ..library.folders import add_folder, remove_folder, user_folders
 from ..session import ModelSpec
 from ..session.preflight import estimate
-from ..session.text import mtp_heads_text
+from ..session.source_table import file_rows
 from .hub_dialog import HubDialog
 from .tasks import Task
 
@@ -228,7 +228,7 @@ class LibraryTab(QWidget):
             ("context length (trained)", info.get("context_length")),
             ("vocabulary", info.get("vocab_size")),
             ("chat template", "yes" if info.get("has_chat_template") else "no"),
-            ("MTP heads", mtp_heads_text(info.get("mtp_heads"), info.get("mtp_problem"), info.get("architecture") or "")),
+            *file_rows(info),
             ("file size", _size_text(e)),
             ("found in", ", ".join(e.sources) + (f" ({e.repo_id})" if e.repo_id else "") + (f" ({e.ollama_tag})" if e.ollama_tag else "")),
         ]

@@ -44,7 +44,7 @@ from .. import __version__
 from ..session import Session, supports_gpu_offload
 from ..session.text import claim_text
 from .chat_controller import ChatController
-from .chatstore import ChatStore
+from ..session.chatstore import ChatStore
 from .chat_panel import ChatPanel, ChatSidebar
 from .compare_tab import CompareTab
 from .drop import DropController
@@ -490,8 +490,7 @@ class MainWindow(QMainWindow):
         if measured:
             self.stats.set_reference(measured, "measured")
             return
-        step = self.session.auto.costs.reference_step if self.session is not None else None
-        self.stats.set_reference(1.0 / step if step else None, "estimated")
+        self.stats.set_reference(self.session.estimated_reference() if self.session is not None else None, "estimated")
 
     # =============================================================== chats and answers
 
@@ -564,7 +563,7 @@ class MainWindow(QMainWindow):
         is parked in llama.cpp for good. Its answer or comparison ends now as failed
         (what was shown is kept), the session is let go (its memory is never freed: that
         would ask the lost server, and llama.cpp aborts then), and a new load may start."""
-        for t in (self.chats.task, self.compare._task):
+        for t in (self.chats.task, self.compare.task):
             if t is not None:
                 t.abandon(message)  # delivers the failure through the task's own handlers
         self.serve.forsake_running(message)  # the next answer or request does not wait for the parked one
@@ -578,7 +577,7 @@ class MainWindow(QMainWindow):
         if self.loading or self.compare.running:
             return
         dlg = SettingsDialog(self.settings, has_gpu=supports_gpu_offload(), parent=self,
-                             mtp_refusal=self.session.mtp.refusal() if self.session is not None else None)
+                             refusals=self.session.cannot_run() if self.session is not None else None)
         if dlg.exec() != SettingsDialog.DialogCode.Accepted:
             return
         self.apply_settings(dlg.value())

@@ -104,12 +104,12 @@ class ModelBar(QToolBar):
         self.model_info.setToolTip(tooltip or text)
 
     def populate(self, models: Sequence[Path], name_of: Callable[[Path], str], target: Path | None,
-                 draft: Path | None, picked: Path | None, pairing: Sequence, own_heads: str | None = None) -> None:
+                 draft: Path | None, picked: Path | None, pairing: Sequence, alone: str | None = None) -> None:
         """Fill both combos. The target combo lists every usable model; the draft combo
         lists compatible drafts first (smallest first), then the models not checked yet,
         then the smaller models that draft translated (another vocabulary), then the
-        ones that cannot draft, greyed out with the reason. ``own_heads``: what the
-        target's own MTP heads are (they draft when no draft model is chosen)."""
+        ones that cannot draft, greyed out with the reason. ``alone``: what the target
+        drafts with when no draft file is chosen (its own heads), in a few words."""
         combo = self.target_combo
         combo.blockSignals(True)
         combo.clear()
@@ -130,9 +130,9 @@ class ModelBar(QToolBar):
         combo = self.draft_combo
         combo.blockSignals(True)
         combo.clear()
-        if own_heads:
-            combo.addItem("(no draft: the model's own MTP heads)", None)
-            combo.setItemData(0, f"the target drafts with its own {own_heads}; n-gram lookups and target alone "
+        if alone:
+            combo.addItem(f"(no draft: {alone})", None)
+            combo.setItemData(0, f"the target drafts with {alone}; n-gram lookups and target alone "
                               "need no draft either", Qt.ItemDataRole.ToolTipRole)
         else:
             combo.addItem("(no draft: n-gram or target alone)", None)

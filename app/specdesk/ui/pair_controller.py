@@ -24,7 +24,7 @@ from ..errors import Cancelled, SpecDeskError
 from ..library.defaults import default_models, pair_present
 from ..library.defaults import fetch as fetch_models
 from ..session import Session, devices, supports_gpu_offload
-from ..session.text import mtp_heads_text
+from ..session.source_table import alone_text
 from .empty_state import EmptyState
 from .library_tab import LibraryTab
 from .loader import LoadRequest, PairLoader
@@ -116,10 +116,8 @@ class PairController(QObject):
         models = self.catalog.known()
         shown = self.picked_target or self.target_path
         info = self.catalog.info_of(shown) if shown is not None else {}
-        heads = info.get("mtp_heads") if info.get("mtp_problem") is None else None
         self.model_bar.populate(models, self.catalog.name_of, self.target_path, self.draft_path,
-                                self.picked_target, self.catalog.pairing,
-                                own_heads=mtp_heads_text(heads, None) if heads else None)
+                                self.picked_target, self.catalog.pairing, alone=alone_text(info))
         self.empty_state.set_models(models)
 
     def library_scanned(self, entries) -> None:

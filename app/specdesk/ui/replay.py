@@ -34,12 +34,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..bench.runner import KIND_CODES
 from ..session.text import REPLAY_NOTE, replay_clock_text
-from ..speculative.proposers.base import DRAFT, HISTORY, MTP, NGRAM, TRANSLATED
+from ..speculative.proposers.base import Source
 from .chat_view import PROVENANCE, colour_key
 
-KINDS = {"t": "target", "a": "accepted", "c": "correction", "b": "bonus"}
-SOURCES = {"d": DRAFT, "t": TRANSLATED, "n": NGRAM, "h": HISTORY, "m": MTP, "-": ""}
+KINDS = {code: kind for kind, code in KIND_CODES.items()}  # a timeline's letter -> the token's kind
 TICK_MS = 30
 SPEEDS = (("1×", 1.0), ("2×", 2.0), ("4×", 4.0), ("½×", 0.5))
 
@@ -69,7 +69,7 @@ def pieces(run: dict) -> list[Piece]:
         for _ in range(n):
             if i >= len(chars):
                 break
-            key = colour_key(KINDS.get(kinds[i:i + 1], "target"), SOURCES.get(sources[i:i + 1], ""))
+            key = colour_key(KINDS.get(kinds[i:i + 1], "target"), Source.by_code(sources[i:i + 1]) or "")
             piece = text[pos:pos + chars[i]]
             pos += chars[i]
             i += 1

@@ -161,7 +161,7 @@ class ServeController(QObject):
             return
         s = self.tab.start_settings()  # never other machines without a key: one is made if need be
         self.queue.capacity = s.queue
-        cfg = self.host.settings.generation_config(has_draft=session.draft is not None, mtp_refusal=session.mtp.refusal())
+        cfg, _ = session.choose(self.host.settings.generation_config())
         task = Task(lambda _t: _start_server(session, self.queue, s, cfg), "start server")
         self._starting = task
         task.succeeded.connect(lambda srv: self._started(srv, session, s))

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..fmt import format_num, format_pct
-from .serve_key import new_key, store_key, stored_key
+from ..server.keys import new_key, store_key, stored_key
 
 DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 8

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
 
 from ..errors import SpecDeskError
 from ..session import GenerationConfig, ModelSpec, default_threads, gpu_build_hint
-from ..session import text
 from ..session.remote import SECURITY_WARNING, parse_endpoints, reinstall_command, rpc_supported
 from ..speculative.proposers import registry
 from ..speculative.sampling import SamplingParams
@@ -36,9 +35,6 @@ log = logging.getLogger(__name__)
 #: The proposers a chat chooses from (translated is what draft runs as on a pair of two
 #: vocabularies), with their labels.
 PROPOSER_LABELS = {name: registry.kind(name).label for name in registry.CHOICES}
-#: What a chat whose proposer needs a draft model runs while none is loaded, where the
-#: target carries MTP heads that can draft.
-WITH_HEADS = registry.WITH_MTP[0]
 
 # The range of each number's widget in SettingsDialog, (lowest, highest): the dialog is
 # built from it, and a stored value outside it falls back to the default (see
@@ -149,23 +145,10 @@ class ChatSettings:
                 log.warning("ignoring the stored setting %s=%s (%s); using %r", f.name, _short(d[f.name]), why, default)
         return _old_default_layers(d, out)
 
-    def proposer_for(self, has_draft: bool, mtp_refusal: str | None = "") -> tuple[str, str]:
-        """The proposer an answer runs, and why it is not the chat's own ("" when it is):
-        one that needs a draft model runs n-gram lookups while none is loaded (the
-        target's MTP heads where they can draft: ``mtp_refusal`` None), one that needs
-        MTP heads runs n-gram lookups on a target whose heads cannot (``mtp_refusal``
-        says why; "" when that is not known), and each says so."""
-        if registry.kind(self.proposer).needs_draft and not has_draft:
-            instead = registry.FALLBACK if mtp_refusal is not None else WITH_HEADS
-            return instead, text.without_draft_text(self.proposer, instead)
-        if registry.kind(self.proposer).needs_mtp and mtp_refusal is not None:
-            return registry.FALLBACK, text.without_heads_text(self.proposer, registry.FALLBACK)
-        return self.proposer, ""
-
-    def generation_config(self, has_draft: bool, mtp_refusal: str | None = "") -> GenerationConfig:
-        """``mtp_refusal``: why the target's MTP heads cannot draft, None where they can
-        (a draft-model chat without a draft model then drafts with them)."""
-        proposer, _ = self.proposer_for(has_draft, mtp_refusal)
+    def generation_config(self) -> GenerationConfig:
+        """The chat's own configuration (what an answer runs on the loaded pair is the
+        session's to choose: ``Session.choose``)."""
+        proposer = self.proposer
         return GenerationConfig(
             proposer=proposer,
             k="auto" if self.auto_k else max(1, self.k),
@@ -226,9 +209,9 @@ class SettingsDialog(QDialog):
     """Edit one chat's settings. Says which changes reload the models."""
 
     def __init__(self, settings: ChatSettings, has_gpu: bool, parent: QWidget | None = None,
-                 mtp_refusal: str | None = None) -> None:
-        """``mtp_refusal``: why the loaded target's MTP heads cannot draft (their choice is
-        greyed out with it), None where they can or nothing is loaded."""
+                 refusals: dict[str, str] | None = None) -> None:
+        """``refusals``: the choices the loaded target cannot run whatever draft is loaded,
+        each with why (greyed out with it; ``Session.cannot_run``)."""
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.setObjectName("settingsDialog")
@@ -238,7 +221,7 @@ class SettingsDialog(QDialog):
         # a dialog once the models' notes wrap.
         cols = QHBoxLayout()
         left, right = QVBoxLayout(), QVBoxLayout()
-        left.addWidget(self._build_speculation(settings, mtp_refusal))
+        left.addWidget(self._build_speculation(settings, refusals or {}))
         left.addWidget(self._build_sampling(settings))
         left.addStretch(1)
         right.addWidget(self._build_models(settings, has_gpu))
@@ -262,9 +245,9 @@ class SettingsDialog(QDialog):
         self.rpc.textChanged.connect(self._update_note)
         self._update_note()
 
-    def _build_speculation(self, settings: ChatSettings, mtp_refusal: str | None) -> QGroupBox:
-        """The proposer (the registry's choices, by label; the MTP heads' greyed out with
-        ``mtp_refusal``), k or auto, and p_min."""
+    def _build_speculation(self, settings: ChatSettings, refusals: dict[str, str]) -> QGroupBox:
+        """The proposer (the registry's choices, by label; those in ``refusals`` greyed
+        out with why), k or auto, and p_min."""
         spec = QGroupBox("Speculation")
         f = QFormLayout(spec)
         self.proposer = QComboBox()
@@ -272,18 +255,21 @@ class SettingsDialog(QDialog):
             self.proposer.addItem(label, key)
         self.proposer.setCurrentIndex(list(PROPOSER_LABELS).index(settings.proposer))
         f.addRow("Proposer", self.proposer)
-        if mtp_refusal:
-            for name in registry.WITH_MTP:
-                i = self.proposer.findData(name)
-                self.proposer.setItemData(i, mtp_refusal, Qt.ItemDataRole.ToolTipRole)
-                item = self.proposer.model().item(i)
-                if item is not None:
-                    item.setEnabled(False)
-            self.mtp_note = QLabel(f"MTP heads: {mtp_refusal}")
-            self.mtp_note.setObjectName("mtpNote")
-            self.mtp_note.setWordWrap(True)
-            self.mtp_note.setStyleSheet("color:#868e96;")
-            f.addRow(self.mtp_note)
+        self.refusal_notes: list[QLabel] = []
+        for name, why in refusals.items():
+            i = self.proposer.findData(name)
+            if i < 0:
+                continue
+            self.proposer.setItemData(i, why, Qt.ItemDataRole.ToolTipRole)
+            item = self.proposer.model().item(i)
+            if item is not None:
+                item.setEnabled(False)
+            note = QLabel(f"{PROPOSER_LABELS[name]}: {why}")
+            note.setObjectName("refusalNote")
+            note.setWordWrap(True)
+            note.setStyleSheet("color:#868e96;")
+            f.addRow(note)
+            self.refusal_notes.append(note)
         krow = QHBoxLayout()
         self.auto_k = QCheckBox("auto")
         self.auto_k.setToolTip("Draft only as far as it pays, from measured costs and acceptance")

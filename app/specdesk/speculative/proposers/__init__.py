@@ -1,6 +1,6 @@
 """Proposers: where draft tokens come from. One small interface, one file each."""
 
-from .base import EMPTY_DRAFT, LOOKUP_SOURCES, MODEL_SOURCES, Budget, Draft, Proposer, Source
+from .base import EMPTY_DRAFT, Budget, Draft, Proposer, Source, lookup_sources, model_sources, register_source
 from .draft_model import DraftModelProposer
 from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
@@ -11,8 +11,9 @@ from .translated import Tokenizer, TranslatedDraftProposer
 
 __all__ = [
     "EMPTY_DRAFT",
-    "LOOKUP_SOURCES",
-    "MODEL_SOURCES",
+    "lookup_sources",
+    "model_sources",
+    "register_source",
     "Source",
     "HistoryIndex",
     "HistoryProposer",

@@ -23,14 +23,26 @@ class Source(str):
     by it) with what the controller needs to know of it, read once per step instead of
     a name checked against lists: ``is_model`` (it runs a model to draft: it costs
     draft time, and a catch-up after steps it sat out) or ``is_lookup`` (it copies
-    tokens from text already seen: free to propose, sized by the match length)."""
+    tokens from text already seen: free to propose, sized by the match length).
+
+    And how it is shown, so that no module outside this table spells a source's name:
+    ``code``, one letter in a run's recorded timeline; ``label``, its name in a legend;
+    ``what``, who drafts (a few words: "the target's own MTP heads"); ``colour``, the
+    background of the tokens it supplied that the target kept ("" for a draft model's,
+    which take the accepted draft's colour)."""
 
     is_model: bool
     is_lookup: bool
+    code: str
+    label: str
+    what: str
+    colour: str
 
-    def __new__(cls, name: str, *, model: bool = False, lookup: bool = False) -> "Source":
+    def __new__(cls, name: str, *, model: bool = False, lookup: bool = False, code: str = "?", label: str = "",
+                what: str = "", colour: str = "") -> "Source":
         s = super().__new__(cls, name)
         s.is_model, s.is_lookup = model, lookup
+        s.code, s.label, s.what, s.colour = code, label or name, what or name, colour
         return s
 
     @classmethod
@@ -40,18 +52,40 @@ class Source(str):
             return name
         return SOURCES.get(name) or cls(name)
 
+    @classmethod
+    def by_code(cls, code: str) -> "Source | None":
+        """The source a timeline's letter stands for (None for no source, or one unknown)."""
+        return next((s for s in SOURCES if s.code == code), None)
 
-DRAFT = Source("draft", model=True)  # a draft model of the target's vocabulary
-TRANSLATED = Source("translated", model=True)  # a draft model of another vocabulary, re-tokenized
-MTP = Source("mtp", model=True)  # the target's own multi-token-prediction heads
-NGRAM = Source("ngram", lookup=True)  # copied from the prompt and the answer so far
-HISTORY = Source("history", lookup=True)  # copied from earlier turns
-SOURCES = {s: s for s in (DRAFT, TRANSLATED, MTP, NGRAM, HISTORY)}
 
-#: Sources that run a model to draft (they cost draft time and catch-up).
-MODEL_SOURCES = tuple(s for s in SOURCES if s.is_model)
-#: Sources that copy tokens from text already seen (free to propose; sized by match length).
-LOOKUP_SOURCES = tuple(s for s in SOURCES if s.is_lookup)
+DRAFT = Source("draft", model=True, code="d", label="draft", what="the draft model")
+TRANSLATED = Source("translated", model=True, code="t", label="translated", colour="#c8f0e8",
+                    what="a model of another vocabulary")
+MTP = Source("mtp", model=True, code="m", label="MTP heads", colour="#ffd8e8", what="the target's own MTP heads")
+NGRAM = Source("ngram", lookup=True, code="n", label="lookup", colour="#ddd0ff", what="n-gram prompt lookup")
+HISTORY = Source("history", lookup=True, code="h", label="history", colour="#ffe8a8", what="an earlier turn")
+SOURCES: dict[str, Source] = {s: s for s in (DRAFT, TRANSLATED, MTP, NGRAM, HISTORY)}
+#: A timeline's letter for a token no source supplied (a plain target step).
+NO_SOURCE_CODE = "-"
+
+
+def register_source(source: Source) -> Source:
+    """Add a source to the table (a new kind of draft; the tests' fake one). Its code
+    must be new: a timeline must say which source each token came from."""
+    if source in SOURCES or any(s.code == source.code for s in SOURCES) or source.code == NO_SOURCE_CODE:
+        raise ValueError(f"source {source!r} or its code {source.code!r} is taken")
+    SOURCES[source] = source
+    return source
+
+
+def model_sources() -> tuple[Source, ...]:
+    """Sources that run a model to draft (they cost draft time and catch-up)."""
+    return tuple(s for s in SOURCES.values() if s.is_model)
+
+
+def lookup_sources() -> tuple[Source, ...]:
+    """Sources that copy tokens from text already seen (free to propose; sized by match length)."""
+    return tuple(s for s in SOURCES.values() if s.is_lookup)
 
 
 @dataclass(frozen=True)

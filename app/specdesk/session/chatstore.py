@@ -19,8 +19,9 @@ this process's to change: neither is ever moved aside or migrated. This process 
 keeps its chats in memory (:attr:`ChatStore.saved` is False) and says why in
 :attr:`ChatStore.recovered`.
 
-It lives in ``ui/`` beside its only users (the chat controller and the window), and
-imports no Qt: the CLI, the server and the benchmarks keep no chats.
+The app's chat window is its only user (the CLI, the server and the benchmarks keep no
+chats); it lives below ui/ because it holds no Qt, and its rules (what is kept, what is
+moved aside) are the session's, not the window's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Serve tab's API key across restarts: kept in the system's keyring, never in the
+"""The app's serving API key across restarts: kept in the system's keyring, never in the
 settings file.
 
 Serving to other machines always takes a key (``ServeTab.start_settings``); this module

@@ -1,0 +1,182 @@
+"""Where a session's drafts come from: one interface for everything a proposer drafts
+with that must be loaded beside the target.
+
+A registry row names what its kind drafts with (``ProposerKind.needs``, a
+:class:`~specdesk.speculative.proposers.registry.Need`); a session holds one
+:class:`DraftSource` per need it can answer. The draft model file is one source, the
+target's own multi-token-prediction heads another (session/mtp.py); a source that is
+not loaded is a :class:`Missing` one, which only says why. Everything above the
+session asks the same questions of every source, through :meth:`Session.runnable
+<specdesk.session.core.Session.runnable>`: can this configuration run here, and if not,
+why; and the session alone calls the rest (build, use, idle, reset, warm up, memory,
+close). A new source is one registry row, one :class:`Need`, and one class here or
+beside it: no front end changes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..engine.tokenizer import ModelTokenizer
+from ..rules.vocab import Compatibility
+from ..speculative.proposers import DraftModelProposer, Proposer, TranslatedDraftProposer
+from ..speculative.proposers.base import DRAFT, TRANSLATED, Source
+from ..speculative.proposers.registry import Need
+from ..system.memory import ModelMemory
+from .config import GenerationConfig
+from .text import missing_source_text
+
+
+class DraftSource(Protocol):
+    """What a session asks of each thing its proposers draft with."""
+
+    #: the need of the registry's rows it answers
+    need: Need
+
+    @property
+    def source(self) -> Source:
+        """The source its drafts carry (what acceptance and costs are kept under)."""
+
+    def refusal(self) -> str | None:
+        """Why it cannot draft on this session, in one line; None when it can."""
+
+    def proposer(self, config: GenerationConfig) -> Proposer:
+        """A proposer drafting with it, for a generation with ``config`` (only after
+        :meth:`refusal` said None)."""
+
+    def use(self) -> None:
+        """A generation is about to draft with it (before the target reads the prompt)."""
+
+    def idle(self) -> None:
+        """A generation is about to run without it."""
+
+    def rewind(self, n_seq: int, k: int) -> None:
+        """Hold what a fully accepted step of ``k`` drafted tokens leaves it holding
+        before it drafts after a sequence of ``n_seq`` tokens (the calibration times
+        drafts from there)."""
+
+    def holds(self) -> tuple[int, ...] | None:
+        """The tokens its context(s) hold (None: it holds none of its own)."""
+
+    def reset(self) -> None:
+        """Forget every position."""
+
+    def warm_up(self) -> None:
+        """Run its context(s) once and forget it, so that the first timed call is not
+        the first call (llama.cpp sets up each batch shape on its first use)."""
+
+    def memory(self) -> ModelMemory | None:
+        """What it holds in memory beyond the target (its own model, or its context)."""
+
+    def close(self) -> None: ...
+
+
+class Missing:
+    """A source a session does not have: it only says why (the draft file is not
+    loaded, or holds something else)."""
+
+    def __init__(self, need: Need, why: str | None = None) -> None:
+        self.need = need
+        self._why = why or missing_source_text(need.name)
+
+    @property
+    def source(self) -> Source:
+        return Source.of(self.need.name)
+
+    def refusal(self) -> str | None:
+        return self._why
+
+    def proposer(self, config: GenerationConfig) -> Proposer:
+        raise ValueError(self._why)
+
+    def use(self) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+    def rewind(self, n_seq: int, k: int) -> None:
+        pass
+
+    def holds(self) -> tuple[int, ...] | None:
+        return None
+
+    def reset(self) -> None:
+        pass
+
+    def warm_up(self) -> None:
+        pass
+
+    def memory(self) -> ModelMemory | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class DraftModel:
+    """The draft model file: it drafts in the target's vocabulary, or, with another
+    vocabulary (``compat`` says they differ), translated: its text re-tokenized for the
+    target."""
+
+    def __init__(self, need: Need, draft, target, compat: Compatibility | None) -> None:
+        self.need = need
+        self.loaded, self.target, self.compat = draft, target, compat
+
+    @property
+    def translated(self) -> bool:
+        return self.compat is not None and not self.compat
+
+    @property
+    def source(self) -> Source:
+        return TRANSLATED if self.translated else DRAFT
+
+    def refusal(self) -> str | None:
+        return None
+
+    def proposer(self, config: GenerationConfig) -> Proposer:
+        d, t = self.loaded, self.target
+        if self.translated:
+            vi = d.model.vocab_info()
+            return TranslatedDraftProposer(d.ctx, ModelTokenizer(d.model), ModelTokenizer(t.model),
+                                           prefix=[vi.bos] if vi.add_bos and vi.bos >= 0 else [], p_min=config.p_min)
+        return DraftModelProposer(d.ctx, t.model.n_vocab, p_min=config.p_min)
+
+    def use(self) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+    def rewind(self, n_seq: int, k: int) -> None:
+        if not self.translated:  # a translated draft rolls itself back to the text it is given
+            self.loaded.ctx.rollback(min(len(self.loaded.ctx.history), max(0, n_seq - 1)))
+
+    def holds(self) -> tuple[int, ...] | None:
+        return tuple(self.loaded.ctx.history)
+
+    def reset(self) -> None:
+        self.loaded.ctx.rollback(0)
+
+    def warm_up(self) -> None:
+        warm_up_context(self.loaded.model, self.loaded.ctx)
+
+    def memory(self) -> ModelMemory | None:
+        return self.loaded.memory()
+
+    def close(self) -> None:
+        self.loaded.close()
+
+
+def warm_up_tokens(model, n: int = 8) -> list[int]:
+    """A few tokens of ``model``'s vocabulary to warm a context with."""
+    return model.tokenize("Warm up the model.", add_special=True)[:n] or [0]
+
+
+def warm_up_context(model, ctx) -> None:
+    """Touch every weight once (mmap page-in) and set up a context's batch shapes, so the
+    first timed call is not a cold one; the context then holds nothing."""
+    toks = warm_up_tokens(model)
+    ctx.prefill(toks)
+    ctx.eval([toks[-1]], all_rows=False)
+    ctx.rollback(0)
