@@ -67,6 +67,7 @@ class RollbackCosts:
     replay_seconds: float = 0.0  # of which on their own (not merged into the next decode)
     reprefills: int = 0  # rollbacks that no snapshot or checkpoint reached
     lost_windows: int = 0  # SWA windows found short after a rollback
+    held_bytes: int = 0  # the checkpoints' buffers
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -222,6 +223,7 @@ class Rollback:
         cp = self.ctx._ctx
         size = llama_cpp.llama_state_seq_get_size_ext(cp, 0, PARTIAL)
         if size > ck.data.size:
+            self.costs.held_bytes += size - ck.data.size
             ck.data = np.empty(size, np.uint8)
         got = llama_cpp.llama_state_seq_get_data_ext(cp, ck.data.ctypes.data_as(llama_cpp.ctypes.POINTER(llama_cpp.ctypes.c_uint8)),
                                                      size, 0, PARTIAL)

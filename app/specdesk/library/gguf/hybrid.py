@@ -18,6 +18,8 @@ optional but then uses. Taken from the vendored llama.cpp of llama-cpp-python 0.
   num_k_heads == 0`` (GGML_ASSERT), ``d_inner / num_v_heads`` as the value head
   (``build_delta_net_*``: GGML_ASSERT(S_k == S_v)), ``ggml_rope_multi``'s sections
   (GGML_ASSERT: one of the first three positive, their sum at most the rotated dims);
+* a trunk of one kind of layer only leaves one of the hybrid memory's two caches without
+  a buffer: ``GGML_ASSERT(buffer)`` at the first decode (seen with a delta-net-only trunk);
 * a file whose first block has no ``attn_norm`` but that declares NextN blocks is taken
   for "MTP heads only" and loads with no trunk (every trunk tensor optional), which
   its graph then dereferences.
@@ -109,8 +111,13 @@ class _Qwen35:
             v.check_type(v.key(K.LLM.FULL_ATTENTION_INTERVAL), "u32")
             if int(every) < 1:
                 raise self.fail(f"{v.key(K.LLM.FULL_ATTENTION_INTERVAL)} is 0 (llama.cpp divides by it)")
-        if recurrent_layers(v.g) is None:
+        recr = recurrent_layers(v.g)
+        if recr is None:
             raise self.fail(f"{v.arch}.attention.recurrent_layers does not have one value per block ({v.n_layer})")
+        if all(recr[: self.n_trunk]) or not any(recr[: self.n_trunk]):
+            # llama.cpp then allocates no buffer for one of its two caches and aborts at the first decode
+            raise self.fail(f"{v.arch} needs both kinds of layer in its trunk, recurrent and full attention; "
+                            f"this one has {'no full-attention' if all(recr[: self.n_trunk]) else 'no recurrent'} layer")
         if v.head_k != v.head_v:
             raise self.fail(f"attention key length {v.head_k} differs from value length {v.head_v}; {v.arch} needs them equal")
         if v.n_rot < 2 or v.n_rot > v.head_k or v.n_rot % 2:
@@ -143,7 +150,7 @@ class _Qwen35:
                 raise self.fail(f"layer {i} has no feed-forward size or no attention heads")
             if mtp and recr[i]:
                 raise self.fail(f"layer {i} is a NextN block, which llama.cpp runs as attention, but is marked recurrent")
-            need = not mtp  # a NextN block's tensors are loaded only with its heads (checked then: rules.mtp)
+            need = True  # a NextN block's too: llama.cpp skips them without its heads, but they must be there
             rows: list[tuple[str, Shape]] = [("attn_norm.weight", (E,)), ("post_attention_norm.weight", (E,)),
                                             ("ffn_gate.weight", (E, nff)), ("ffn_up.weight", (E, nff)),
                                             ("ffn_down.weight", (nff, E))]
@@ -157,10 +164,11 @@ class _Qwen35:
             for name, shape in rows:
                 exp[p + name] = (shape, need)
             if mtp:
-                for name, shape in (("nextn.eh_proj.weight", (2 * E, E)), ("nextn.enorm.weight", (E,)),
-                                    ("nextn.hnorm.weight", (E,)), ("nextn.embed_tokens.weight", (E, V)),
-                                    ("nextn.shared_head_head.weight", (E, V)), ("nextn.shared_head_norm.weight", (E,))):
-                    exp[p + name] = (shape, False)
+                for name, shape, req in (("nextn.eh_proj.weight", (2 * E, E), True), ("nextn.enorm.weight", (E,), True),
+                                         ("nextn.hnorm.weight", (E,), True), ("nextn.embed_tokens.weight", (E, V), False),
+                                         ("nextn.shared_head_head.weight", (E, V), False),
+                                         ("nextn.shared_head_norm.weight", (E,), False)):
+                    exp[p + name] = (shape, req)
         return exp
 
     def attention_qkv(self, names: dict[str, TensorInfo], exp: Expected) -> None:
@@ -171,7 +179,7 @@ class _Qwen35:
             if recr[i]:
                 continue
             p, hd, nh, nkv = f"blk.{i}.", v.head_k, v.n_head[i], v.n_head_kv[i]
-            need = i < self.n_trunk
+            need = True
             q, k = hd * nh * 2, hd * nkv
             if p + "attn_qkv.weight" in names:
                 exp[p + "attn_qkv.weight"] = ((v.n_embd, q + 2 * k), need)
