@@ -124,7 +124,11 @@ class MtpHeads:
         self.buffers: list[Buffer] = buffers
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
-        api.llama_set_embeddings_nextn(ctx, True, True)  # the heads' own hidden state, for their output rows
+        # the heads' own hidden state, one row per token of a decode: "masked" would keep only
+        # the output rows' count, but of the graph's first rows (its h_nextn is taken before the
+        # output rows are gathered: src/models/qwen35.cpp, glm4-moe.cpp), so after a catch-up of
+        # several tokens it held the first token's state, not the last's
+        api.llama_set_embeddings_nextn(ctx, True, False)
         self._n_ctx = llama_cpp.llama_n_ctx(ctx)
         self._n_batch = n_batch
         self._n_vocab = model.n_vocab
@@ -152,6 +156,7 @@ class MtpHeads:
         self.native_seconds = 0.0
         self.last_prefill_evaluated = 0
         self.active = False
+        self._last_m = 1  # tokens in the last decode
 
     # -- the target's side --------------------------------------------------------------
 
@@ -287,6 +292,7 @@ class MtpHeads:
         if last_row:
             self._out[m - 1] = 1
         self._batch.n_tokens = m
+        self._last_m = m
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
         self.native_seconds += time.perf_counter() - t0
@@ -296,10 +302,11 @@ class MtpHeads:
             raise SpecDeskError(f"llama_decode failed with code {rc} in the MTP heads")
 
     def _row_h(self) -> np.ndarray:
+        """The heads' hidden state at the last decode's last token."""
         ptr = self._api.llama_get_embeddings_nextn(self._ctx)
         if not ptr:
             raise SpecDeskError("llama.cpp kept no hidden state for the MTP heads' output")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+        return np.ctypeslib.as_array(ptr, shape=(self._last_m, self.n_embd))[-1]
 
     def _rows(self, fn: Callable[[np.ndarray], T] | None) -> np.ndarray | T:
         ptr = llama_cpp.llama_get_logits(self._ctx)
