@@ -541,3 +541,33 @@ def identity_text(row, runs: Sequence[dict], drift: dict | None, temperature: fl
                 "best tokens nearly tie the argmax can flip. Not a bug.")
     tip += "\n\n" + claim_text(drift)
     return text, tip.strip()
+
+
+# -- what a model can be (the library's summary, doctor) ------------------------------------------
+
+_ROLLBACK_WAYS = {
+    "snapshots": "rolls back by recurrent-state snapshots ({n} kept, {snap} beside a {state} state)",
+    "checkpoints": "rolls back by checkpoints (a {state} copy of its recurrent state per draft, and the accepted tokens "
+                   "decoded again)",
+}
+
+
+def role_text(info: dict | None, error: str | None, role: str) -> str:
+    """Whether a model file can be a ``role`` ("target" or "draft"), and how or why not,
+    from the library's summary (``inspect_gguf``) and its validation error."""
+    if error:
+        return f"no: {error}"
+    rb = (info or {}).get("rollback") or {}
+    way = rb.get(role, "kv")
+    text = _ROLLBACK_WAYS.get(way)
+    if text is None:
+        win = rb.get("sliding_window")
+        return f"yes (a sliding window of {win}: rollbacks past it are rebuilt exactly)" if win else "yes"
+    return "yes, " + text.format(n=rb.get("n_rs_seq", 0), snap=format_bytes(rb.get("snapshot_bytes", 0)),
+                                 state=format_bytes(rb.get("state_bytes", 0)))
+
+
+def role_rows(info: dict | None, error: str | None) -> list[tuple[str, str]]:
+    """What a model can be, as the Library and doctor show it: a target, a draft (the MTP
+    source rows come from session.source_table)."""
+    return [("as a target", role_text(info, error, "target")), ("as a draft", role_text(info, error, "draft"))]
