@@ -54,3 +54,20 @@ def test_doctor_says_what_each_model_can_be(library, monkeypatch):
     text = doctor._text(r)
     assert "hybrid-mtp: as a target yes, rolls back by recurrent-state snapshots" in text
     assert "MTP heads: 1 MTP head" in text and "next: unusable: next.gguf: architecture 'qwen3next'" in text
+
+
+def test_the_estimate_of_a_hybrid_is_what_llama_cpp_allocates(library, tmp_path):
+    """The library's estimate counts the KV cache of the attention layers only and the
+    recurrent state with a target's 16 snapshots: as the loaded target's buffers say."""
+    from specdesk.library.gguf import estimate_memory, validate_gguf
+    from specdesk.session import ModelSpec, Session
+
+    path = library / "hybrid-mtp.gguf"
+    est = estimate_memory(validate_gguf(path), n_ctx=1024)
+    s = Session.load(ModelSpec(path, n_ctx=1024, threads=1), remember_costs=False)
+    try:
+        m = s.memory().model("target")
+    finally:
+        s.close()
+    assert est["kv_bytes"] == m.kv_bytes
+    assert 0.95 * est["state_bytes"] <= m.state_bytes <= 1.1 * est["state_bytes"], (est["state_bytes"], m.state_bytes)

@@ -84,7 +84,7 @@ def check_context_memory(spec: ModelSpec) -> None:
     if spec.rpc:  # other machines hold what goes to their devices
         return
     est = estimate_memory(validate_gguf(spec.path), n_ctx=spec.n_ctx, n_gpu_layers=max(0, spec.n_gpu_layers))
-    need = int(est["kv_bytes"]) + int(est["compute_bytes"])
+    need = int(est["kv_bytes"]) + int(est["compute_bytes"]) + int(est.get("state_bytes", 0))
     have = psutil.virtual_memory().total + psutil.swap_memory().total
     if spec.n_gpu_layers:
         have += sum(g.total_bytes for g in gpu_memory()[0])

@@ -248,7 +248,9 @@ class LibraryTab(QWidget):
             if self._estimate_task is task:
                 self.details.setHtml(head + (
                     f"<p>Estimated memory at a 4096-token context: weights {format_bytes(m['weights_bytes'])}, "
-                    f"KV cache {format_bytes(m['kv_bytes'])}, compute {format_bytes(m['compute_bytes'])}.</p>"))
+                    f"KV cache {format_bytes(m['kv_bytes'])}, compute {format_bytes(m['compute_bytes'])}"
+                    + (f", recurrent state with its rollback snapshots {format_bytes(m['state_bytes'])}"
+                       if m.get("state_bytes") else "") + ".</p>"))
 
         task.succeeded.connect(lambda m: shown(m) if m else None)
         task.failed.connect(lambda err: self.details.setHtml(head + f"<p style='color:#c92a2a'>{esc(err)}</p>")
