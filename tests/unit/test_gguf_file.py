@@ -56,7 +56,7 @@ REPORT_KEYS = {
     "mtp_heads", "mtp_problem", "rollback",
 }
 ARCH_KV = ("general.architecture", VT.STRING, "llama")
-MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
+MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "state_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
 
 
 def real_model(name: str) -> Path:
