@@ -71,3 +71,28 @@ def test_the_estimate_of_a_hybrid_is_what_llama_cpp_allocates(library, tmp_path)
         s.close()
     assert est["kv_bytes"] == m.kv_bytes
     assert 0.95 * est["state_bytes"] <= m.state_bytes <= 1.1 * est["state_bytes"], (est["state_bytes"], m.state_bytes)
+
+
+def test_the_advisor_prices_the_rollback(tmp_path):
+    """The advisor measures a hybrid target's verify batches rolled back as the loop rolls
+    them back (by a snapshot, not a restore), and says what rolling back costs: the
+    target's snapshots, the hybrid draft's checkpoints and replayed tokens."""
+    from hybrid_models import write_models
+
+    from specdesk.bench.advisor import advise, calibrate
+    from specdesk.session import ModelSpec, Session
+
+    m = write_models(tmp_path)
+    s = Session.load(ModelSpec(m["target"], n_ctx=1024, threads=1), ModelSpec(m["draft"], n_ctx=1024, threads=1),
+                     remember_costs=False)
+    try:
+        cal = calibrate(s, k_max=4, reps=2, acceptance_tokens=24, drift=False, loop=False)
+    finally:
+        s.close()
+    t, d = cal.rollback["target"], cal.rollback["draft model"]
+    assert t["snapshots"] > 0 and t["restores"] == 0  # every verify batch rolled back by a snapshot
+    assert d["checkpoints"] > 0 and d["restores"] > 0 and d["replayed"] < 20  # the draft's rewinds hit a checkpoint
+    text = advise(cal).text
+    assert "The target is a hybrid: it keeps 16 snapshots of its recurrent state" in text
+    assert "The draft model is a hybrid too and rolls back by checkpoints" in text
+    assert cal.to_dict()["rollback"] == cal.rollback

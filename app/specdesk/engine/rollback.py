@@ -22,8 +22,10 @@ llama.cpp of llama-cpp-python 0.3.36):
   full-attention cache, which can drop positions itself): a copy of that state at an
   agreed position, restored to roll back past it, with the tokens from there to the
   rollback point decoded again (the *replay*, merged into the next decode when it needs
-  no checkpoint of its own). One is kept where a prefill ends (a draft model drafts from
-  there a token at a time), one before a batch the snapshots cannot cover.
+  no checkpoint of its own). One is taken where a prefill ends (a draft model drafts from
+  there a token at a time) and before a batch the snapshots cannot cover; the last
+  :data:`CHECKPOINTS` are kept (the one before the last prefill too: a draft rewound by a
+  token, a prompt asked again).
 * **Re-prefill**: where neither reaches (a rollback far into the past), the memory is
   cleared and the sequence decoded again. Slow, but never wrong.
 
@@ -48,6 +50,7 @@ import numpy as np
 from ..errors import SpecDeskError
 
 PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+CHECKPOINTS = 3  # kept per context, the oldest given up first
 
 
 @dataclass
@@ -93,8 +96,7 @@ class Rollback:
         self.n_swa = n_swa  # 0 unless an SWA cache may lose positions
         self.phys = 0  # tokens in llama.cpp's memory (may exceed len(history) until the next sync)
         self._last: tuple[int, int] | None = None  # (first position, tokens) of the last decode
-        self._anchor = _Checkpoint(-1)  # where the last prefill ended
-        self._recent = _Checkpoint(-1)  # before the last batch the snapshots could not cover
+        self._checkpoints = [_Checkpoint(-1) for _ in range(CHECKPOINTS)]  # the least recent first
         self.costs = RollbackCosts(kind="recurrent" if recurrent else "swa", n_rs_seq=n_rs_seq,
                                    snapshot_bytes=rs_bytes * n_rs_seq // (1 + n_rs_seq) if n_rs_seq else 0)
         #: a replay is merged into the next decode (False: on its own, as llama.cpp's server does)
@@ -105,7 +107,7 @@ class Rollback:
     def truncate(self, n_past: int) -> None:
         """``rollback(n_past)``: the history is cut now, llama.cpp's memory at the next decode."""
         del self.ctx.history[n_past:]
-        for ck in (self._anchor, self._recent):
+        for ck in self._checkpoints:
             if ck.pos > n_past:
                 ck.pos = -1
 
@@ -115,8 +117,8 @@ class Rollback:
         tokens are to be decoded again with the batch (a replay merged into it)."""
         needs_checkpoint = self.recurrent and m >= 2 and m - 1 > self.n_rs_seq
         lead = self.sync(merge=self.merge and not needs_checkpoint, room=self.ctx.n_batch - m)
-        if needs_checkpoint and self._anchor.pos != self.phys and self._recent.pos != self.phys:
-            self._save(self._recent)
+        if needs_checkpoint:
+            self._keep()
         return lead
 
     def after(self, p0: int, m: int) -> None:
@@ -125,13 +127,14 @@ class Rollback:
 
     def rest(self) -> None:
         """A prefill has ended: keep a checkpoint here unless one is (drafts start here)."""
-        if self.phys == len(self.ctx.history) and self.phys > 0 and self.phys not in (self._anchor.pos, self._recent.pos):
-            self._save(self._anchor)
+        if self.phys == len(self.ctx.history) and self.phys > 0:
+            self._keep()
 
     def reset(self) -> None:
         self.phys = 0
         self._last = None
-        self._anchor.pos = self._recent.pos = -1
+        for ck in self._checkpoints:
+            ck.pos = -1
 
     # -- the rollback itself ---------------------------------------------------------------
 
@@ -148,7 +151,7 @@ class Rollback:
                 return 0
             if not self.recurrent and self._drop(n):
                 return 0
-            ck = max((c for c in (self._anchor, self._recent) if 0 < c.pos <= n), key=lambda c: c.pos, default=None)
+            ck = max((c for c in self._checkpoints if 0 < c.pos <= n), key=lambda c: c.pos, default=None)
             if ck is not None and self._restore(ck):
                 return self._replay(ck.pos, merge, room)
             self.costs.reprefills += 1
@@ -217,6 +220,16 @@ class Rollback:
                 ctx.history.extend(tokens[len(ctx.history) - start:])
         self.costs.replay_seconds += time.perf_counter() - t0
         return 0
+
+    def _keep(self) -> None:
+        """A checkpoint here, unless one is: in the place of the least recent (an empty one first)."""
+        cks = self._checkpoints
+        if any(c.pos == self.phys for c in cks):
+            return
+        ck = next((c for c in cks if c.pos < 0), cks[0])
+        cks.remove(ck)
+        cks.append(ck)
+        self._save(ck)
 
     def _save(self, ck: _Checkpoint) -> None:
         t0 = time.perf_counter()

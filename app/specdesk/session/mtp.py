@@ -131,6 +131,11 @@ class TargetHeads:
             compute_bytes=sum(b.bytes for b in bufs if b.kind in ("compute", "output")),
             vram_bytes=sum(b.bytes for b in bufs if b.on_gpu), where=t.where)
 
+    def rollback_costs(self) -> None:
+        """The heads' context is a plain KV cache (llama.cpp gives a hybrid's heads one):
+        its rollback costs nothing beyond the target's."""
+        return None
+
     def reset(self) -> None:
         if self._heads is not None:
             self._heads.rollback(0)

@@ -31,3 +31,16 @@ def context_options(path: Path, role: str) -> dict:
     """What the ``role``'s context must be made with to roll back as planned."""
     plan = plan_of(path, role)
     return {"n_rs_seq": plan.n_rs_seq} if plan.n_rs_seq else {}
+
+
+def costs_report(session) -> dict:
+    """How the session's contexts rolled back so far: the target's, and each draft
+    source's own (``DraftSource.rollback_costs``), as dicts (None where a context drops
+    positions itself)."""
+    t = session.target.ctx.rollback_costs
+    out: dict = {"target": t.to_dict() if t is not None else None}
+    for need, src in session.sources.items():
+        c = getattr(src, "rollback_costs", lambda: None)()
+        if c is not None:
+            out[need.name] = c.to_dict()
+    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..engine.rollback import RollbackCosts
 from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility
 from ..speculative.proposers import DraftModelProposer, Proposer, TranslatedDraftProposer
@@ -68,6 +69,10 @@ class DraftSource(Protocol):
     def memory(self) -> ModelMemory | None:
         """What it holds in memory beyond the target (its own model, or its context)."""
 
+    def rollback_costs(self) -> RollbackCosts | None:
+        """How its own context rolls back (a hybrid draft model: by checkpoints) and what
+        that cost so far; None where it drops positions itself (session/rollback.py)."""
+
     def close(self) -> None: ...
 
 
@@ -108,6 +113,9 @@ class Missing:
         pass
 
     def memory(self) -> ModelMemory | None:
+        return None
+
+    def rollback_costs(self) -> RollbackCosts | None:
         return None
 
     def close(self) -> None:
@@ -163,6 +171,9 @@ class DraftModel:
 
     def memory(self) -> ModelMemory | None:
         return self.loaded.memory()
+
+    def rollback_costs(self) -> RollbackCosts | None:
+        return self.loaded.ctx.rollback_costs
 
     def close(self) -> None:
         self.loaded.close()

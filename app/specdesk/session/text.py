@@ -571,3 +571,29 @@ def role_rows(info: dict | None, error: str | None) -> list[tuple[str, str]]:
     """What a model can be, as the Library and doctor show it: a target, a draft (the MTP
     source rows come from session.source_table)."""
     return [("as a target", role_text(info, error, "target")), ("as a draft", role_text(info, error, "draft"))]
+
+
+def rollback_text(report: dict | None) -> str:
+    """What rolling back a hybrid target or draft costs, from the calibration's counters
+    (session.rollback.costs_report): "" where every context drops positions itself."""
+    if not report:
+        return ""
+    parts = []
+    t = report.get("target")
+    if t and t.get("kind") == "recurrent":
+        if t.get("n_rs_seq"):
+            parts.append(f"The target is a hybrid: it keeps {t['n_rs_seq']} snapshots of its recurrent state "
+                         f"({format_bytes(t['snapshot_bytes'])}), so a draft of up to {t['n_rs_seq']} tokens rolls back "
+                         f"with no copy; a longer one takes a checkpoint ({format_bytes(t['state_bytes'])}) and decodes "
+                         "the accepted tokens again.")
+        else:
+            parts.append(f"The target is a hybrid without snapshots: every draft takes a checkpoint "
+                         f"({format_bytes(t['state_bytes'])}) and decodes the accepted tokens again.")
+    for name, c in report.items():
+        if name == "target" or not c or c.get("kind") != "recurrent":
+            continue
+        spent = c["checkpoint_seconds"] + c["restore_seconds"] + c["replay_seconds"]
+        parts.append(f"The {name} is a hybrid too and rolls back by checkpoints: {c['checkpoints']} copies of "
+                     f"{format_bytes(c['state_bytes'])} and {c['replayed']} tokens decoded again during the calibration "
+                     f"({spent * 1000:.0f} ms outside its drafting's batches).")
+    return " ".join(parts)
