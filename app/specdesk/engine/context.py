@@ -307,7 +307,10 @@ class Context:
         if n_past == len(self.history):
             return
         if self._guard is not None:
-            self._guard.truncate(n_past)  # made exact at the next decode
+            if n_past == 0:  # nothing to keep: no rollback to make
+                self.reset()
+            else:
+                self._guard.truncate(n_past)  # made exact at the next decode
             return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
