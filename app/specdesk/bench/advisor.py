@@ -186,7 +186,7 @@ def _measure_verify(run: _Run, prompt: list[int]) -> None:
     # a context that rolls back with care (a hybrid's) keeps the batch's first token, as the
     # loop keeps its pending one: the rollback is then the loop's own (a snapshot), not a
     # restore of the whole batch, which no step makes
-    keep = int(tctx.rollback_costs is not None)
+    keep = int(getattr(tctx, "rollback_costs", None) is not None)
 
     def verify(b: int) -> None:
         at = tctx.n_past

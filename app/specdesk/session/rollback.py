@@ -37,7 +37,7 @@ def costs_report(session) -> dict:
     """How the session's contexts rolled back so far: the target's, and each draft
     source's own (``DraftSource.rollback_costs``), as dicts (None where a context drops
     positions itself)."""
-    t = session.target.ctx.rollback_costs
+    t = getattr(session.target.ctx, "rollback_costs", None)
     out: dict = {"target": t.to_dict() if t is not None else None}
     for need, src in session.sources.items():
         c = getattr(src, "rollback_costs", lambda: None)()

@@ -173,7 +173,7 @@ class DraftModel:
         return self.loaded.memory()
 
     def rollback_costs(self) -> RollbackCosts | None:
-        return self.loaded.ctx.rollback_costs
+        return getattr(self.loaded.ctx, "rollback_costs", None)
 
     def close(self) -> None:
         self.loaded.close()
