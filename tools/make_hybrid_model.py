@@ -12,12 +12,12 @@ usage:
   python tools/make_hybrid_model.py OUT.gguf [--mtp | --random-mtp] [--swa] [--layers 4]
       [--width 512] [--ff 64] [--state 16] [--flip 0.0] [--world 0] [--f16]
 
-A pair for `specdesk bench` (a slow target with agreeing heads, a fast draft that
-disagrees after 5% of tokens):
-  python tools/make_hybrid_model.py /tmp/h-target.gguf --mtp --layers 24 --width 1024 --ff 2048 --state 64
-  python tools/make_hybrid_model.py /tmp/h-draft.gguf --layers 2 --flip 0.05
-  PYTHONPATH=app python -m specdesk bench --target /tmp/h-target.gguf --draft /tmp/h-draft.gguf \
-      --configs none,mtp:k=4,draft:k=4,ngram:k=4 ...
+A pair for `specdesk bench` (a 320 MiB target with an agreeing head, a fast draft that
+disagrees after 5% of the tokens; issue 48's figures):
+  python tools/make_hybrid_model.py /tmp/bt.gguf --mtp --layers 24 --width 1024 --ff 2048 --state 64 --f16
+  python tools/make_hybrid_model.py /tmp/bd.gguf --layers 2 --flip 0.05 --seed 5 --f16
+  PYTHONPATH=app python -m specdesk bench --target /tmp/bt.gguf --draft /tmp/bd.gguf --threads 1 --ctx 2048 \
+      --suite chat_qa --configs none,mtp:k=4,draft:k=4,ngram:k=4 --repeats 3 --max-tokens 48 --temp 0 --no-advisor
 """
 
 from __future__ import annotations
