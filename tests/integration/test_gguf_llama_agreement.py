@@ -27,7 +27,8 @@ from gguf import GGUFValueType as VT
 from specdesk.errors import ModelFileError
 from specdesk.library import gguf as gguf_pkg
 from specdesk.library.gguf import read_gguf, validate_gguf
-from specdesk.library.gguf.rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES
+from specdesk.library.gguf.rules import CHECKED_RECURRENT_ARCHITECTURES, HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES
+from specdesk.rules.rollback import SNAPSHOT_ARCHITECTURES
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -137,19 +138,20 @@ def test_supported_architectures_are_known_to_libllama():
     assert not unknown, f"not in this llama.cpp build: {unknown}"
 
 
-def _arch_classes(lib_path: Path) -> dict[str, tuple[bool, bool]] | None:
+def _arch_classes(lib_path: Path) -> dict[str, tuple[bool, bool, bool]] | None:
     """llama.cpp's own answer per architecture name: (llm_arch_is_recurrent,
-    llm_arch_is_hybrid), read from libllama's C++ symbols (Itanium names, exported on
-    Linux and macOS); None where the build does not export them."""
+    llm_arch_is_hybrid, llm_arch_supports_rs_rollback), read from libllama's C++ symbols
+    (Itanium names, exported on Linux and macOS); None where the build does not export them."""
     lib = ctypes.CDLL(str(lib_path))
     try:
         name = lib._Z13llm_arch_name8llm_arch  # const char * llm_arch_name(llm_arch)
         recurrent = lib._Z21llm_arch_is_recurrentRK8llm_arch  # bool (const llm_arch &)
         hybrid = lib._Z18llm_arch_is_hybridRK8llm_arch
+        snapshots = lib._Z29llm_arch_supports_rs_rollbackRK8llm_arch
     except AttributeError:
         return None
     name.argtypes, name.restype = [ctypes.c_int], ctypes.c_char_p
-    for f in (recurrent, hybrid):
+    for f in (recurrent, hybrid, snapshots):
         f.argtypes, f.restype = [ctypes.POINTER(ctypes.c_int)], ctypes.c_bool
     out = {}
     for i in range(1000):  # the enum runs from 0 to LLM_ARCH_UNKNOWN, whose name is "(unknown)"
@@ -157,21 +159,26 @@ def _arch_classes(lib_path: Path) -> dict[str, tuple[bool, bool]] | None:
         text = (name(i) or b"").decode()
         if text == "(unknown)":
             break
-        out[text] = (bool(recurrent(ctypes.byref(arch))), bool(hybrid(ctypes.byref(arch))))
+        out[text] = tuple(bool(f(ctypes.byref(arch))) for f in (recurrent, hybrid, snapshots))
     return out
 
 
 def test_architectures_that_cannot_roll_back_are_llama_cpps_own_lists():
-    """A recurrent or hybrid target or draft fails mid-answer (llama_memory_seq_rm cannot
-    drop the draft's rejected positions), so validate_gguf refuses them by name: the
-    names are exactly the ones llama.cpp classes so, in the build installed."""
+    """A recurrent or hybrid target or draft cannot simply drop a draft's rejected
+    positions: the engine rolls it back by snapshots (llama.cpp's
+    llm_arch_supports_rs_rollback) or checkpoints, and validate_gguf refuses those whose
+    files SpecDesk does not check. The names are exactly the ones llama.cpp classes so,
+    in the build installed."""
     lib = next(LIB.glob("libllama.so*"), None) or next(LIB.glob("libllama*.dylib"), None)
     classes = _arch_classes(lib) if lib is not None else None
     if classes is None:
         pytest.skip("this libllama exports no llm_arch_is_recurrent / llm_arch_is_hybrid to ask")
-    assert len(classes) > 50 and classes["llama"] == (False, False) and classes["mamba"] == (True, False)
-    assert {a for a, (r, _) in classes.items() if r} == RECURRENT_ARCHITECTURES
-    assert {a for a, (_, h) in classes.items() if h} == HYBRID_ARCHITECTURES
+    assert len(classes) > 50 and classes["llama"] == (False, False, False) and classes["mamba"] == (True, False, False)
+    assert {a for a, (r, _, _) in classes.items() if r} == RECURRENT_ARCHITECTURES
+    assert {a for a, (_, h, _) in classes.items() if h} == HYBRID_ARCHITECTURES
+    # the ones whose recurrent state keeps snapshots (n_rs_seq; elsewhere llama.cpp clamps it to 0)
+    assert {a for a, (_, _, s) in classes.items() if s} == SNAPSHOT_ARCHITECTURES
+    assert CHECKED_RECURRENT_ARCHITECTURES <= HYBRID_ARCHITECTURES | RECURRENT_ARCHITECTURES
 
 
 def test_ggml_type_sizes_match_libggml():

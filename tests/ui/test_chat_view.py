@@ -249,3 +249,17 @@ def test_the_memory_group_shows_the_drafts_share_only_with_a_draft(qtbot):
     p.set_memory(MemoryReport((t, d), rss_bytes=1 << 30, gpus=(), gpu_status="no NVIDIA GPU"))
     assert p.mem_share.isVisible() and "the draft adds 100 MiB: 10% of the models' memory" in p.mem_share.text()
     p.close()
+
+
+def test_the_memory_group_shows_a_hybrids_state_and_its_snapshots(qtbot):
+    """A hybrid target's recurrent state with the snapshots it keeps to roll back a draft."""
+    from specdesk.system.memory import MemoryReport, ModelMemory
+
+    p = StatsPanel()
+    qtbot.addWidget(p)
+    t = ModelMemory("target", "t.gguf", weights_bytes=900 << 20, kv_bytes=50 << 20, n_ctx=2048, n_gpu_layers=0,
+                    state_bytes=170 << 20, snapshot_bytes=160 << 20)
+    p.set_memory(MemoryReport((t,), rss_bytes=1 << 30, gpus=(), gpu_status="no NVIDIA GPU"))
+    assert "recurrent state 170 MiB, 160 MiB of it snapshots" in p.mem_target.text()
+    assert t.total_bytes == (900 + 50 + 170) << 20
+    p.close()

@@ -187,3 +187,31 @@ def test_a_split_model_is_one_row_and_one_choice_and_loads(qtbot, window, librar
         window.library.target_btn.click()
     s = b.args[0]
     assert s is not None and s.target.spec.path == first
+
+
+def test_the_details_say_what_a_hybrid_model_can_be(qtbot, tmp_path, monkeypatch):
+    """A qwen35 file with an MTP head: a target rolling back by snapshots, a draft by
+    checkpoints, and its own heads; a hybrid SpecDesk does not check: not usable, why."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from synth.hybrid import HybridSpec, write_hybrid_model
+
+    models = tmp_path / "models"
+    models.mkdir()
+    write_hybrid_model(models / "hybrid.gguf", HybridSpec(heads="agree"))
+    monkeypatch.setenv("SPECDESK_MODELS_DIR", str(models))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    try:
+        entries = _scanned(qtbot, w)
+        w.library.select_path(next(Path(e.path) for e in entries if Path(e.path).name == "hybrid.gguf"))
+        text = w.library.details.toPlainText()
+        assert "as a target" in text and "rolls back by recurrent-state snapshots (16 kept" in text
+        assert "as a draft" in text and "rolls back by checkpoints" in text
+        assert "MTP heads" in text and "1 MTP head" in text
+    finally:
+        w.close()

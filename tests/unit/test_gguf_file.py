@@ -51,10 +51,10 @@ REPORT_KEYS = {
     "path", "file_size", "parts", "version", "architecture", "name", "parameters", "file_type", "tensor_types",
     "layers", "embedding_length", "head_count", "head_count_kv", "context_length", "vocab_type",
     "vocab_size", "has_chat_template", "chat_template_chars", "bos_token_id", "eos_token_id", "memory",
-    "mtp_heads", "mtp_problem",
+    "mtp_heads", "mtp_problem", "rollback",
 }
 ARCH_KV = ("general.architecture", VT.STRING, "llama")
-MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
+MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "state_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}
 
 
 def real_model(name: str) -> Path:
@@ -755,15 +755,17 @@ def _as_arch(tiny: Path, dst: Path, arch: str) -> Path:
 
 
 @pytest.mark.parametrize("arch, kind", [("mamba", "recurrent"), ("rwkv6", "recurrent"),
-                                        ("jamba", "a hybrid"), ("qwen35", "a hybrid")])
-def test_recurrent_architectures_are_refused(tmp_path, tiny, arch, kind):
-    """Issue 11, defect 8: speculative decoding rolls back the rejected draft tokens, which
-    llama.cpp cannot do for a recurrent state (llama_memory_seq_rm fails mid-generation).
-    Such files used to pass; now validation says why, and inspection still works."""
+                                        ("jamba", "a hybrid"), ("qwen3next", "a hybrid")])
+def test_unchecked_recurrent_architectures_are_refused(tmp_path, tiny, arch, kind):
+    """Issue 11, defect 8, then issue 48: a recurrent or hybrid target rolls back exactly
+    (engine.rollback), but SpecDesk accepts only the architectures whose files it checks
+    as llama.cpp needs them (a malformed one aborts llama.cpp); the others are refused in
+    one line, and inspection still works."""
     path = _as_arch(tiny, tmp_path / "model.gguf", arch)
     assert expect_error(path) == (
         f"model.gguf: architecture '{arch}' is {kind}{'' if kind == 'recurrent' else ' of attention and recurrent layers'}; "
-        "speculative decoding must roll back rejected draft tokens, which llama.cpp cannot do for its state"
+        "SpecDesk speculates on such models only where it checks their tensors before llama.cpp loads them (qwen35), "
+        "as a malformed one aborts llama.cpp"
     )
     assert validate_gguf(path, allow_recurrent=True).architecture == arch  # otherwise a sound file
     assert inspect_gguf(path)["architecture"] == arch

@@ -19,7 +19,9 @@ def test_the_rules_follow_llama_cpps_mtp_graphs():
     assert rules.mtp_support("glm4moe", 2, 48).problem == rules.TOO_MANY  # GGML_ASSERT(n_layer_nextn == 1)
     s = rules.mtp_support("step35", 3, 48)
     assert s.usable and s.chained
-    assert rules.mtp_support("qwen35", 1, 33).problem == rules.RECURRENT  # llama.cpp #20039
+    assert rules.mtp_support("qwen35", 1, 33).usable  # its hybrid trunk rolls back (engine.rollback)
+    assert rules.mtp_support("qwen35", 2, 34).problem == rules.TOO_MANY  # graph_mtp: n_layer_nextn == 1
+    assert rules.mtp_support("qwen35moe", 1, 41).problem == rules.RECURRENT  # a trunk SpecDesk does not check
     assert rules.mtp_support("glm4", 1, 41).problem == rules.UNSUPPORTED  # heads kept, no MTP graph
     assert rules.mtp_support("llama", 0, 32).problem == rules.NO_HEADS
     assert rules.mtp_support("glm4moe", 1, 1).problem == rules.NO_TRUNK

@@ -45,7 +45,9 @@ from ..fmt import format_bytes
 from ..library.quants import QuantUpgrade, upgrade_for
 from ..session import GenerationConfig
 from ..session.drift import PROBE_PROMPT, pair_drift
-from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text, memory_buys_text
+from ..session.rollback import costs_report
+from ..session.text import (advice_verdict_text, claim_text, components_why_text, measured_best_text, memory_buys_text,
+                            rollback_text)
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
@@ -106,6 +108,8 @@ class Calibration:
     remote: tuple[str, ...] = ()
     # the loop's runs, which the predictions come from (None: the components alone, no verdict)
     loop: LoopCalibration | None = None
+    # how the target and the draft rolled back during the calibration (session.rollback.costs_report)
+    rollback: dict | None = None
 
     @property
     def step(self) -> float:
@@ -133,6 +137,7 @@ class Calibration:
             "remote": list(self.remote),
             "verify_per_token": {str(b): self.verify_per_token(b) for b in range(1, self.k_max + 2)},
             "loop": self.loop.to_dict() if self.loop is not None else None,
+            "rollback": self.rollback,
         }
 
     def verify_per_token(self, b: int) -> float:
@@ -178,9 +183,15 @@ def _measure_verify(run: _Run, prompt: list[int]) -> None:
     tctx.prefill(prompt[:-1], logits=False)
     batch_src = prompt[-(run.k_max + 2):]  # a plausible continuation to verify: the prompt's own tail
 
+    # a context that rolls back with care (a hybrid's) keeps the batch's first token, as the
+    # loop keeps its pending one: the rollback is then the loop's own (a snapshot), not a
+    # restore of the whole batch, which no step makes
+    keep = int(getattr(tctx, "rollback_costs", None) is not None)
+
     def verify(b: int) -> None:
+        at = tctx.n_past
         tctx.eval(batch_src[:b], all_rows=True)
-        tctx.rollback(base)
+        tctx.rollback(at + keep if keep else base)
 
     run.step("measuring a target step", 0.02)
     verify(1)  # discard the first (graph build)
@@ -316,6 +327,7 @@ def calibrate(
         history = getattr(session, "history", None)
         if history is not None:  # the calibration's answers are no earlier turns of anyone's chat
             history.index.clear()
+    cal.rollback = costs_report(session) if getattr(session, "sources", None) is not None else None
     cal.seconds = clock() - t_start
     return cal
 
@@ -548,6 +560,9 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
             + (" " + memory_buys_text(cal.quant_upgrade.to_dict()) if cal.quant_upgrade else "")
         )
         parts.append(memory_alternative)
+    rollback = rollback_text(cal.rollback)
+    if rollback:
+        parts.append(rollback)
     exactness = claim_text(cal.drift.to_dict() if cal.drift is not None else None)
     return Advice(best=best, best_speedup=best_x, text=" ".join(parts), table=table,
                   memory_alternative=memory_alternative, exactness=exactness, components=component_table(cal))

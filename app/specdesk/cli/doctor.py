@@ -16,6 +16,7 @@ from ..errors import SpecDeskError
 from ..session import ModelSpec, backends, build_info, devices, gpu_build_hint, supports_gpu_offload
 from ..session.offload import MARGIN_BYTES, fit_offload, offload_gpus
 from ..session.source_table import alone_text, file_rows
+from ..session.text import role_text
 from ..session.remote import register_servers, reinstall_command, rpc_supported
 from .args import rpc_endpoints, use_rpc
 from .output import dump_json
@@ -85,7 +86,8 @@ def report(scan_library: bool = True) -> dict:
     if scan_library:
         lib = scan()
         out["models"] = [{"name": e.name, "path": str(e.path), "size_bytes": e.size, "usable": e.valid,
-                          "sources": list(e.sources), "error": e.error, **_drafts(e.info)} for e in lib.entries if e.present]
+                          "sources": list(e.sources), "error": e.error, **_drafts(e.info), **_roles(e.info, e.error)}
+                         for e in lib.entries if e.present]
     return out
 
 
@@ -94,6 +96,20 @@ def _drafts(info: dict | None) -> dict:
     draft for itself with no draft file."""
     info = info or {}
     return {"draft_sources": dict(file_rows(info)), "drafts_alone": alone_text(info)}
+
+
+def _roles(info: dict | None, error: str | None) -> dict:
+    """Whether a model can be a target and a draft, and how it rolls back or why not."""
+    return {"as_target": role_text(info, error, "target"), "as_draft": role_text(info, error, "draft"),
+            "rollback": (info or {}).get("rollback")}
+
+
+def _model_line(m: dict) -> str:
+    """One model's roles on one line: a target, a draft, its own draft sources."""
+    own = "; ".join(f"{k}: {v}" for k, v in m.get("draft_sources", {}).items())
+    if not m["usable"]:
+        return f"  {m['name']}: unusable: {m['error']}"
+    return f"  {m['name']}: as a target {m['as_target']}; as a draft {m['as_draft']}" + (f"; {own}" if own else "")
 
 
 def _text(r: dict) -> str:
@@ -132,6 +148,8 @@ def _text(r: dict) -> str:
         alone = [m for m in r["models"] if m.get("drafts_alone")]
         lines.append(f"models that draft for themselves, with no draft file: {len(alone) or 'none'}")
         lines += [f"  {m['name']}: {m['drafts_alone']}" for m in alone]
+        lines.append("what each model can be (a target, a draft, its own draft sources):")
+        lines += [_model_line(m) for m in r["models"]]
     for k, v in r["folders"].items():
         lines.append(f"{k} folder: {v}")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from ..speculative.backend import common_prefix_length
 from ..speculative.shapes import ShapeTimer
 from .backend import deferred_interrupt
 from .model import Buffer, Model, capture_buffers, default_threads
+from .rollback import Rollback, RollbackCosts
 from .rpc import check_alive, gone
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,14 @@ class Context:
         n_ctx: int = 4096,
         threads: int | None = None,
         n_batch: int = 512,
+        n_rs_seq: int = 0,
+        swa_full: bool = False,
     ) -> None:
+        """``n_rs_seq``: recurrent-state snapshots to keep (the longest batch whose end is
+        rolled back in one step: a verify batch of k drafts needs k), for architectures
+        llama.cpp has them for (elsewhere 0); ``swa_full``: a sliding-window cache of all
+        n_ctx positions (a draft rolls back tokens it decoded one at a time, which a window
+        of its usual size loses). See :mod:`.rollback`."""
         if n_ctx <= 0:
             raise SpecDeskError(f"context size must be positive, got {n_ctx}")
         self.model = model
@@ -53,6 +61,8 @@ class Context:
         params.n_threads = self.threads
         params.n_threads_batch = self.threads
         params.no_perf = True
+        params.n_rs_seq = max(0, int(n_rs_seq))
+        params.swa_full = bool(swa_full)
         with deferred_interrupt() as interrupted, capture_buffers() as buffers:  # Ctrl+C meanwhile: after the call
             ctx = llama_cpp.llama_init_from_model(model.ptr, params)
             if interrupted[0] and ctx:
@@ -115,6 +125,8 @@ class Context:
         # rows it produced are still in llama.cpp's buffers (engine/mtp.py keeps the
         # target's hidden states this way).
         self.decode_observers: list[Callable[[int, Sequence[int]], None]] = []
+        #: how rollbacks are made exact where llama.cpp's memory cannot drop positions (None: it can)
+        self._guard = _guard(self, swa_full)
 
     # -- protocol ------------------------------------------------------------------
 
@@ -134,6 +146,16 @@ class Context:
     @property
     def n_past(self) -> int:
         return len(self.history)
+
+    @property
+    def n_batch(self) -> int:
+        return self._n_batch
+
+    @property
+    def rollback_costs(self) -> RollbackCosts | None:
+        """How this context's rollbacks were made and what they cost (None where
+        llama.cpp's memory drops positions itself)."""
+        return self._guard.costs if self._guard is not None else None
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
@@ -186,7 +208,31 @@ class Context:
 
     def _decode(self, tokens: Sequence[int], all_rows: bool, last_row: bool) -> None:
         """One llama_decode of at most n_batch tokens at n_past, asking for every row or
-        only (``last_row``) the last one; the rows stay in llama.cpp's buffer."""
+        only (``last_row``) the last one; the rows stay in llama.cpp's buffer. Where the
+        memory needs care (:mod:`.rollback`), a rollback since the last decode is applied
+        first, and tokens it must decode again may go in front of this batch."""
+        g = self._guard
+        if g is None:
+            self._decode_at(tokens, all_rows, last_row)
+            return
+        lead = g.before(len(tokens))
+        replayed = self.history[len(self.history) - lead:]
+        if lead:
+            tokens = replayed + list(tokens)
+            del self.history[-lead:]
+        p0 = len(self.history)
+        try:
+            self._decode_at(tokens, all_rows, last_row, lead=lead)
+        except BaseException:
+            if len(self.history) == p0:  # llama.cpp kept its memory: the replay is still owed
+                self.history.extend(replayed)
+            raise
+        g.after(p0, len(tokens))
+
+    def _decode_at(self, tokens: Sequence[int], all_rows: bool, last_row: bool, lead: int = 0,
+                   record: bool = True) -> None:
+        """The decode itself, at len(history); the first ``lead`` tokens ask for no row;
+        ``record``: the batch's shape is timed (a replay's is not)."""
         if self._rpc:
             check_alive(self._rpc)  # llama.cpp would abort on a server that has gone
         m = len(tokens)
@@ -199,6 +245,8 @@ class Context:
             self._tok[:m] = tokens
             self._pos[:m] = self._positions[p0 : p0 + m]
             self._out[:m] = all_rows
+            if lead:
+                self._out[:lead] = 0
             if last_row:
                 self._out[m - 1] = 1
         self._batch.n_tokens = m
@@ -220,7 +268,9 @@ class Context:
         self.evaluated += m
         for observe in self.decode_observers:
             observe(p0, tokens)
-        shape = (m, m if all_rows else int(last_row))
+        if not record:
+            return
+        shape = (m, m - lead if all_rows else int(last_row))
         self.last_batch_first = first = shape not in self._shapes
         if first:
             self._shapes.add(shape)
@@ -294,6 +344,12 @@ class Context:
             raise ValueError(f"cannot roll back to {n_past}: the context holds {len(self.history)} tokens")
         if n_past == len(self.history):
             return
+        if self._guard is not None:
+            if n_past == 0:  # nothing to keep: no rollback to make
+                self.reset()
+            else:
+                self._guard.truncate(n_past)  # made exact at the next decode
+            return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
         del self.history[n_past:]
@@ -315,11 +371,15 @@ class Context:
         if not rest:
             return None
         rows = self._eval(rest, False, logits, cancel, fn)
+        if self._guard is not None:
+            self._guard.rest()
         return rows if fn is not None or rows is None else rows[-1]
 
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.history.clear()
+        if self._guard is not None:
+            self._guard.reset()
 
     # -- lifetime --------------------------------------------------------------------
 
@@ -339,3 +399,15 @@ class Context:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _guard(ctx: Context, swa_full: bool) -> Rollback | None:
+    """The rollback a context needs (:mod:`.rollback`): a recurrent or hybrid model's, or
+    a sliding-window cache's that may lose positions; None for a plain KV cache."""
+    mp = ctx.model.ptr
+    recurrent = bool(llama_cpp.llama_model_is_recurrent(mp) or llama_cpp.llama_model_is_hybrid(mp))
+    n_swa = 0 if swa_full else max(0, int(llama_cpp.llama_model_n_swa(mp)))
+    if not recurrent and not n_swa:
+        return None
+    rs = sum(b.bytes for b in ctx.buffers if b.kind == "RS")
+    return Rollback(ctx, recurrent=recurrent, n_rs_seq=int(llama_cpp.llama_n_rs_seq(ctx.ptr)), n_swa=n_swa, rs_bytes=rs)

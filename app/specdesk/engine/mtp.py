@@ -124,7 +124,12 @@ class MtpHeads:
         self.buffers: list[Buffer] = buffers
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
-        api.llama_set_embeddings_nextn(ctx, True, True)  # the heads' own hidden state, for their output rows
+        # the heads' own hidden state, for their output rows. llama.cpp copies as many rows as
+        # there are outputs, from the start of the graph's h_nextn, which some graphs take
+        # before the output rows are gathered (qwen35.cpp, glm4-moe.cpp: every token's row)
+        # and others after (step35.cpp): a decode of several tokens asks for every row, so
+        # that both give the last token's state last (see _decode)
+        api.llama_set_embeddings_nextn(ctx, True, True)
         self._n_ctx = llama_cpp.llama_n_ctx(ctx)
         self._n_batch = n_batch
         self._n_vocab = model.n_vocab
@@ -152,6 +157,7 @@ class MtpHeads:
         self.native_seconds = 0.0
         self.last_prefill_evaluated = 0
         self.active = False
+        self._last_m = 1  # rows (every token's) of the last decode that asked for one
 
     # -- the target's side --------------------------------------------------------------
 
@@ -308,10 +314,11 @@ class MtpHeads:
         m = len(tokens)
         self._tok[:m] = tokens
         self._pos[:m] = np.arange(p0, p0 + m, dtype=np.int32)
-        self._out[:m] = 0
-        if last_row:
-            self._out[m - 1] = 1
+        # every row where one is asked for: one row only would get the first token's state
+        # from the graphs that keep every token's (see __init__)
+        self._out[:m] = last_row
         self._batch.n_tokens = m
+        self._last_m = m if last_row else 0
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
         self.native_seconds += time.perf_counter() - t0
@@ -321,14 +328,16 @@ class MtpHeads:
             raise SpecDeskError(f"llama_decode failed with code {rc} in the MTP heads")
 
     def _row_h(self) -> np.ndarray:
+        """The heads' hidden state at the last decode's last token."""
         ptr = self._api.llama_get_embeddings_nextn(self._ctx)
         if not ptr:
             raise SpecDeskError("llama.cpp kept no hidden state for the MTP heads' output")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+        return np.ctypeslib.as_array(ptr, shape=(self._last_m, self.n_embd))[-1]
 
     def _rows(self, fn: Callable[[np.ndarray], T] | None) -> np.ndarray | T:
+        """The last decode's last token's logits row, shape (1, n_vocab), read-only."""
         ptr = llama_cpp.llama_get_logits(self._ctx)
-        view = np.ctypeslib.as_array(ptr, shape=(1, self._n_vocab))
+        view = np.ctypeslib.as_array(ptr, shape=(self._last_m, self._n_vocab))[-1:]
         view.flags.writeable = False
         return fn(view) if fn is not None else view.copy()
 

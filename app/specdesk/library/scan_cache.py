@@ -16,7 +16,7 @@ from .gguf import inspect_gguf, validate_gguf
 
 log = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 2  # 2: summaries say which models carry MTP heads
+_CACHE_FORMAT = 3  # 2: summaries say which models carry MTP heads; 3: and how each rolls back
 
 
 def cache_path() -> Path:
@@ -111,6 +111,7 @@ def _summary(full: dict) -> dict:
         "tensor_types": full.get("tensor_types"),
         "mtp_heads": full.get("mtp_heads"),
         "mtp_problem": full.get("mtp_problem"),
+        "rollback": full.get("rollback"),
     }
     s["quant"] = _quant(s)
     return s

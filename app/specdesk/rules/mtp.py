@@ -30,14 +30,18 @@ MTP_ARCHITECTURES: dict[str, int | None] = {
     "step35": None,  # Step 3.5: chained heads (src/models/step35.cpp)
     "mimo2": None,
     "hy_v3": None,
+    # Qwen3.5 / 3.6 dense: one head (src/models/qwen35.cpp graph_mtp asserts it) in a plain KV
+    # context (llama-model.cpp create_memory: mtp_on_hybrid_qwen), on a hybrid trunk that
+    # rolls back by snapshots (rules.rollback, engine.rollback)
+    "qwen35": 1,
 }
 
-#: Architectures with an MTP graph whose trunk has recurrent (linear-attention) layers:
-#: their state cannot drop the last few positions (llama.cpp #20039), so llama.cpp's
-#: driver restores a checkpoint of the whole state after a partial accept
-#: (``common_prompt_checkpoint``), which SpecDesk does not do.
+#: Architectures with an MTP graph whose trunk has recurrent (linear-attention) layers
+#: that SpecDesk does not accept as a trunk yet: llama.cpp can roll them back (snapshots
+#: or checkpoints), but SpecDesk does not check their files (library.gguf.rules'
+#: CHECKED_RECURRENT_ARCHITECTURES holds the ones it does: qwen35, above).
 MTP_RECURRENT_ARCHITECTURES = frozenset({
-    "qwen35", "qwen35moe", "qwen3next", "bailingmoe3", "nemotron_h_moe", "deepseek4", "glm5-next",
+    "qwen35moe", "qwen3next", "bailingmoe3", "nemotron_h_moe", "deepseek4", "glm5-next",
 })
 
 #: Architectures whose MTP heads ship as a separate assistant model sharing the
@@ -47,7 +51,7 @@ MTP_SEPARATE_ARCHITECTURES = frozenset({"gemma4"})
 # Why a model's heads cannot draft (MtpSupport.problem): short codes, worded by session.text.
 NO_HEADS = "no heads"  # nextn_predict_layers is 0 or absent
 UNSUPPORTED = "unsupported architecture"  # llama.cpp has no MTP graph for it
-RECURRENT = "recurrent trunk"  # the trunk's state cannot be rolled back
+RECURRENT = "recurrent trunk"  # a recurrent trunk SpecDesk does not accept yet
 TOO_MANY = "too many heads"  # more NextN blocks than the architecture's graph takes
 NO_TRUNK = "no trunk"  # every block is a NextN block
 

@@ -34,7 +34,7 @@ from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import HistoryProposer, Proposer, registry
 from ..speculative.proposers.registry import DRAFT_MODEL, Need
 from ..speculative.stats import Stats
-from . import costcache, remote, warmup
+from . import costcache, remote, rollback, warmup
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .source_table import load_options, own_sources
@@ -84,7 +84,7 @@ def check_context_memory(spec: ModelSpec) -> None:
     if spec.rpc:  # other machines hold what goes to their devices
         return
     est = estimate_memory(validate_gguf(spec.path), n_ctx=spec.n_ctx, n_gpu_layers=max(0, spec.n_gpu_layers))
-    need = int(est["kv_bytes"]) + int(est["compute_bytes"])
+    need = int(est["kv_bytes"]) + int(est["compute_bytes"]) + int(est.get("state_bytes", 0))
     have = psutil.virtual_memory().total + psutil.swap_memory().total
     if spec.n_gpu_layers:
         have += sum(g.total_bytes for g in gpu_memory()[0])
@@ -115,6 +115,7 @@ class LoadedModel:
         compute = sum(b.bytes for b in cb if b.kind in ("compute", "output"))
         vram = sum(b.bytes for b in mb + cb if b.on_gpu)
         remote_b = sum(b.bytes for b in mb + cb if b.remote)
+        rb = self.ctx.rollback_costs
         return ModelMemory(
             role=self.role,
             path=str(self.spec.path),
@@ -127,6 +128,8 @@ class LoadedModel:
             vram_bytes=int(vram),
             remote_bytes=int(remote_b),
             where=self.where,
+            state_bytes=sum(b.bytes for b in cb if b.kind == "RS") + (rb.held_bytes if rb else 0),
+            snapshot_bytes=rb.snapshot_bytes if rb else 0,
         )
 
     def close(self) -> None:
@@ -158,7 +161,7 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
                       tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints,
                       repack=repack, **(options or {}))
     try:
-        ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads)
+        ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads, **rollback.context_options(spec.path, role))
     except BaseException:
         model.close()
         raise

@@ -129,6 +129,11 @@ class TargetHeads:
             compute_bytes=sum(b.bytes for b in bufs if b.kind in ("compute", "output")),
             vram_bytes=sum(b.bytes for b in bufs if b.on_gpu), where=t.where)
 
+    def rollback_costs(self) -> None:
+        """The heads' context is a plain KV cache (llama.cpp gives a hybrid's heads one):
+        its rollback costs nothing beyond the target's."""
+        return None
+
     def reset(self) -> None:
         if self._heads is not None:
             self._heads.rollback(0)
@@ -144,8 +149,8 @@ class TargetHeads:
 _MTP_PROBLEMS = {
     mtp_rules.NO_HEADS: "it carries no MTP heads ({arch}.nextn_predict_layers is 0 or absent)",
     mtp_rules.UNSUPPORTED: "this llama.cpp has no MTP graph for the {arch} architecture",
-    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, which cannot drop rejected draft "
-                          "tokens, and SpecDesk does not checkpoint their state (llama.cpp #20039)"),
+    mtp_rules.RECURRENT: ("its {arch} trunk has recurrent (linear-attention) layers, and SpecDesk does not check "
+                          "{arch} files yet (it speculates on qwen35's)"),
     mtp_rules.TOO_MANY: "llama.cpp's {arch} MTP graph takes one head, and it declares {heads}",
     mtp_rules.NO_TRUNK: "every one of its blocks is an MTP head: it has no trunk to draft for",
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..engine.rollback import RollbackCosts
 from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility
 from ..speculative.proposers import DraftModelProposer, Proposer, TranslatedDraftProposer
@@ -72,6 +73,10 @@ class DraftSource(Protocol):
     def memory(self) -> ModelMemory | None:
         """What it holds in memory beyond the target (its own model, or its context)."""
 
+    def rollback_costs(self) -> RollbackCosts | None:
+        """How its own context rolls back (a hybrid draft model: by checkpoints) and what
+        that cost so far; None where it drops positions itself (session/rollback.py)."""
+
     def close(self) -> None: ...
 
 
@@ -112,6 +117,9 @@ class Missing:
         return 0.0
 
     def memory(self) -> ModelMemory | None:
+        return None
+
+    def rollback_costs(self) -> RollbackCosts | None:
         return None
 
     def close(self) -> None:
@@ -167,6 +175,9 @@ class DraftModel:
 
     def memory(self) -> ModelMemory | None:
         return self.loaded.memory()
+
+    def rollback_costs(self) -> RollbackCosts | None:
+        return getattr(self.loaded.ctx, "rollback_costs", None)
 
     def close(self) -> None:
         self.loaded.close()

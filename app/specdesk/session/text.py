@@ -606,3 +606,59 @@ def serve_load_text(o: dict) -> str:
         lines.append(f"server RSS         {format_bytes(r['before'])} before, {format_bytes(r['after'])} after "
                      f"({(r['delta'] or 0) / 2**20:+.1f} MiB)")
     return "\n".join(lines)
+
+
+# -- what a model can be (the library's summary, doctor) ------------------------------------------
+
+_ROLLBACK_WAYS = {
+    "snapshots": "rolls back by recurrent-state snapshots ({n} kept, {snap} beside a {state} state)",
+    "checkpoints": "rolls back by checkpoints (a {state} copy of its recurrent state per draft, and the accepted tokens "
+                   "decoded again)",
+}
+
+
+def role_text(info: dict | None, error: str | None, role: str) -> str:
+    """Whether a model file can be a ``role`` ("target" or "draft"), and how or why not,
+    from the library's summary (``inspect_gguf``) and its validation error."""
+    if error:
+        return f"no: {error}"
+    rb = (info or {}).get("rollback") or {}
+    way = rb.get(role, "kv")
+    text = _ROLLBACK_WAYS.get(way)
+    if text is None:
+        win = rb.get("sliding_window")
+        return f"yes (a sliding window of {win}: rollbacks past it are rebuilt exactly)" if win else "yes"
+    return "yes, " + text.format(n=rb.get("n_rs_seq", 0), snap=format_bytes(rb.get("snapshot_bytes", 0)),
+                                 state=format_bytes(rb.get("state_bytes", 0)))
+
+
+def role_rows(info: dict | None, error: str | None) -> list[tuple[str, str]]:
+    """What a model can be, as the Library and doctor show it: a target, a draft (the MTP
+    source rows come from session.source_table)."""
+    return [("as a target", role_text(info, error, "target")), ("as a draft", role_text(info, error, "draft"))]
+
+
+def rollback_text(report: dict | None) -> str:
+    """What rolling back a hybrid target or draft costs, from the calibration's counters
+    (session.rollback.costs_report): "" where every context drops positions itself."""
+    if not report:
+        return ""
+    parts = []
+    t = report.get("target")
+    if t and t.get("kind") == "recurrent":
+        if t.get("n_rs_seq"):
+            parts.append(f"The target is a hybrid: it keeps {t['n_rs_seq']} snapshots of its recurrent state "
+                         f"({format_bytes(t['snapshot_bytes'])}), so a draft of up to {t['n_rs_seq']} tokens rolls back "
+                         f"with no copy; a longer one takes a checkpoint ({format_bytes(t['state_bytes'])}) and decodes "
+                         "the accepted tokens again.")
+        else:
+            parts.append(f"The target is a hybrid without snapshots: every draft takes a checkpoint "
+                         f"({format_bytes(t['state_bytes'])}) and decodes the accepted tokens again.")
+    for name, c in report.items():
+        if name == "target" or not c or c.get("kind") != "recurrent":
+            continue
+        spent = c["checkpoint_seconds"] + c["restore_seconds"] + c["replay_seconds"]
+        parts.append(f"The {name} is a hybrid too and rolls back by checkpoints: {c['checkpoints']} copies of "
+                     f"{format_bytes(c['state_bytes'])} and {c['replayed']} tokens decoded again during the calibration "
+                     f"({spent * 1000:.0f} ms outside its drafting's batches).")
+    return " ".join(parts)

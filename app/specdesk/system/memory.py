@@ -27,10 +27,13 @@ class ModelMemory:
     vram_bytes: int = 0  # the part of all the above that lives on a GPU
     remote_bytes: int = 0  # the part that lives on other machines (RPC servers)
     where: str = ""  # where its layers are, in words, on a build that offloads ("all 29 layers on CUDA0 (...)")
+    #: a recurrent or hybrid model's state (its snapshots included) and the checkpoints its rollback keeps
+    state_bytes: int = 0
+    snapshot_bytes: int = 0  # the part of state_bytes that are snapshots (n_rs_seq of them per sequence)
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.repack_bytes + self.kv_bytes + self.compute_bytes
+        return self.weights_bytes + self.repack_bytes + self.kv_bytes + self.compute_bytes + self.state_bytes
 
     @property
     def ram_bytes(self) -> int:

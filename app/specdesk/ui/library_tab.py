@@ -32,6 +32,7 @@ from ..library.folders import add_folder, remove_folder, user_folders
 from ..session import ModelSpec
 from ..session.preflight import estimate
 from ..session.source_table import file_rows
+from ..session.text import role_rows
 from .hub_dialog import HubDialog
 from .tasks import Task
 
@@ -228,6 +229,7 @@ class LibraryTab(QWidget):
             ("context length (trained)", info.get("context_length")),
             ("vocabulary", info.get("vocab_size")),
             ("chat template", "yes" if info.get("has_chat_template") else "no"),
+            *role_rows(info, e.error),
             *file_rows(info),
             ("file size", _size_text(e)),
             ("found in", ", ".join(e.sources) + (f" ({e.repo_id})" if e.repo_id else "") + (f" ({e.ollama_tag})" if e.ollama_tag else "")),
@@ -246,7 +248,9 @@ class LibraryTab(QWidget):
             if self._estimate_task is task:
                 self.details.setHtml(head + (
                     f"<p>Estimated memory at a 4096-token context: weights {format_bytes(m['weights_bytes'])}, "
-                    f"KV cache {format_bytes(m['kv_bytes'])}, compute {format_bytes(m['compute_bytes'])}.</p>"))
+                    f"KV cache {format_bytes(m['kv_bytes'])}, compute {format_bytes(m['compute_bytes'])}"
+                    + (f", recurrent state with its rollback snapshots {format_bytes(m['state_bytes'])}"
+                       if m.get("state_bytes") else "") + ".</p>"))
 
         task.succeeded.connect(lambda m: shown(m) if m else None)
         task.failed.connect(lambda err: self.details.setHtml(head + f"<p style='color:#c92a2a'>{esc(err)}</p>")

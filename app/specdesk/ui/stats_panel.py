@@ -475,6 +475,9 @@ class StatsPanel(QFrame):
             if m.repack_bytes:
                 parts.append(f"repacked {format_bytes(m.repack_bytes)}")
             parts.append(f"KV {format_bytes(m.kv_bytes)} ({m.n_ctx} ctx)")
+            if getattr(m, "state_bytes", 0):  # a hybrid model: its recurrent state, with the rollback's snapshots
+                snap = f", {format_bytes(m.snapshot_bytes)} of it snapshots" if m.snapshot_bytes else ""
+                parts.append(f"recurrent state {format_bytes(m.state_bytes)}{snap}")
             if m.compute_bytes:
                 parts.append(f"compute {format_bytes(m.compute_bytes)}")
             text = " + ".join(parts)

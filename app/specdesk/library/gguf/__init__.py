@@ -12,6 +12,7 @@ llama.cpp. One job per module:
                 rule -> llama.cpp source line -> check -> test); validate applies them.
 ``vocab``       the vocabulary as llama.cpp builds it (duplicates, special tokens,
                 VocabInfo from metadata, vectorised token scans).
+``hybrid``      what llama.cpp needs of the hybrid files SpecDesk accepts (qwen35).
 ``estimate``    :func:`estimate_memory`: RAM/VRAM from the header (rules.kv's formula).
 ``inspection``  :func:`inspect_gguf`: a JSON summary for users.
 ``arrays``, ``spec``, ``rules``, ``text``: compact arrays, format constants, llama.cpp's
@@ -28,7 +29,7 @@ from .inspection import inspect_gguf
 from .reader import load_array, read_gguf
 from .rules import (
     BPE_PRE_TOKENIZERS,
-    NO_ROLLBACK_ARCHITECTURES,
+    REFUSED_RECURRENT_ARCHITECTURES,
     SUPPORTED_ARCHITECTURES,
     TOKENIZER_MODELS,
 )
@@ -42,7 +43,7 @@ __all__ = [
     "GGUFArray",
     "GGUFFile",
     "LAZY_ARRAY_MIN",
-    "NO_ROLLBACK_ARCHITECTURES",
+    "REFUSED_RECURRENT_ARCHITECTURES",
     "SUPPORTED_ARCHITECTURES",
     "StringArray",
     "TOKENIZER_MODELS",

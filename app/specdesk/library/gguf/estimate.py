@@ -8,7 +8,9 @@ from collections.abc import Collection, Iterable
 from ...rules.kv import head_dims, kv_bytes_per_layer
 from .arrays import GGUFArray, StringArray
 from .header import GGUFFile, TensorInfo
-from .rules import K
+from .hybrid import recurrent_layers, recurrent_shape
+from .rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES, K
+from ...rules.rollback import DEFAULT_SNAPSHOTS, rollback_plan
 from .spec import LLAMA_MAX_LAYERS
 
 _BLK_RE = re.compile(r"^blk\.([0-9]+)\.")
@@ -120,24 +122,39 @@ def estimate_memory(
       2 x n_ff)`` (attention scores over the context, residual/norm/attention outputs and
       the feed-forward intermediates; on the GPU when any layer is offloaded).
 
-    Returns integers: weights_bytes, repack_bytes, kv_bytes, compute_bytes, ram_bytes,
-    vram_bytes, n_ctx, n_gpu_layers.
+    * A hybrid model (qwen35): the KV cache of its attention layers only, and its
+      recurrent state (``specdesk.rules.rollback``: per sequence, f32) with the snapshots
+      a target keeps to roll back a verify batch (``x (1 + n_rs_seq)``, for the
+      architectures llama.cpp keeps them for), in ``state_bytes``; on the GPU with any
+      layer offloaded.
+
+    Returns integers: weights_bytes, repack_bytes, kv_bytes, state_bytes, compute_bytes,
+    ram_bytes, vram_bytes, n_ctx, n_gpu_layers.
     """
     shape = _Shape(g)
     ngl = shape.n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, shape.n_layer + 1)
     w_ram, w_vram, repack = _weights(g, shape.n_layer, ngl, set(repack_types))
-    kv_ram, kv_vram = _kv(shape, ngl, n_ctx, cache_type_bytes)
+    kv_ram, kv_vram = _kv(shape, ngl, n_ctx, cache_type_bytes, recurrent_layers(g) if shape.recurrent else None)
     c_ram, c_vram = _compute(g, shape, ngl, n_ctx, n_batch)
+    state = _state(g) if shape.recurrent else 0
+    s_ram, s_vram = (0, state) if ngl > 0 else (state, 0)
     return {
         "weights_bytes": int(w_ram + w_vram),
         "repack_bytes": int(repack),
         "kv_bytes": int(kv_ram + kv_vram),
+        "state_bytes": int(state),
         "compute_bytes": int(c_ram + c_vram),
-        "ram_bytes": int(w_ram + repack + kv_ram + c_ram),
-        "vram_bytes": int(w_vram + kv_vram + c_vram),
+        "ram_bytes": int(w_ram + repack + kv_ram + c_ram + s_ram),
+        "vram_bytes": int(w_vram + kv_vram + c_vram + s_vram),
         "n_ctx": int(n_ctx),
         "n_gpu_layers": int(ngl),
     }
+
+
+def _state(g: GGUFFile) -> int:
+    """A recurrent or hybrid target's state with its snapshots (rules.rollback's plan)."""
+    shape = recurrent_shape(g)
+    return rollback_plan(g.architecture or "", True, shape).state_bytes * (1 + DEFAULT_SNAPSHOTS) if shape else 0
 
 
 class _Shape:
@@ -158,6 +175,8 @@ class _Shape:
         self.head0 = max(self.n_head) if self.n_head else 0
         self.head_k, self.head_v = head_dims(self.n_embd, self.head0, md_int(g, self.key(K.Attention.KEY_LENGTH)),
                                              md_int(g, self.key(K.Attention.VALUE_LENGTH)))
+        self.recurrent = arch in RECURRENT_ARCHITECTURES or arch in HYBRID_ARCHITECTURES
+        self.n_trunk = n_layer - (md_int(g, self.key(K.LLM.NEXTN_PREDICT_LAYERS)) or 0)
 
 
 def _weights(g: GGUFFile, n_layer: int, ngl: int, types: set[str]) -> tuple[int, int, int]:
@@ -186,11 +205,15 @@ def _weights(g: GGUFFile, n_layer: int, ngl: int, types: set[str]) -> tuple[int,
     return w_ram, w_vram, repack
 
 
-def _kv(shape: _Shape, ngl: int, n_ctx: int, cache_type_bytes: float) -> tuple[float, float]:
-    """KV cache bytes in RAM and in VRAM (rules.kv's formula per layer)."""
+def _kv(shape: _Shape, ngl: int, n_ctx: int, cache_type_bytes: float,
+        recurrent: list[bool] | None = None) -> tuple[float, float]:
+    """KV cache bytes in RAM and in VRAM (rules.kv's formula per layer), of the attention
+    layers of the trunk where ``recurrent`` says which are (a hybrid's)."""
     first_gpu_layer = shape.n_layer - ngl
     kv_ram = kv_vram = 0.0
     for il in range(shape.n_layer):
+        if recurrent is not None and (il >= len(recurrent) or recurrent[il] or il >= shape.n_trunk):
+            continue
         layer_bytes = kv_bytes_per_layer(n_ctx, shape.n_head_kv[il], shape.head_k, shape.head_v, cache_type_bytes)
         if ngl > 0 and il >= first_gpu_layer:
             kv_vram += layer_bytes

@@ -14,9 +14,11 @@ import gguf
 
 from .arrays import GGUFArray, StringArray
 from .estimate import estimate_memory, md_int
+from .hybrid import recurrent_shape
 from .mtp import mtp_heads
 from .split import merged, read_model
-from .rules import K
+from .rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES, K
+from ...rules.rollback import rollback_plan
 
 
 def _file_type_name(value: object) -> str | None:
@@ -82,4 +84,19 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         # multi-token-prediction (NextN) heads, and why they cannot draft (specdesk.rules.mtp), if so
         "mtp_heads": mtp.heads,
         "mtp_problem": mtp.problem if mtp.heads else None,
+        # how it rolls back as a target and as a draft (specdesk.rules.rollback), with its state's size
+        "rollback": rollback_summary(g),
     }
+
+
+def rollback_summary(g) -> dict:
+    """How the model rolls back (``kv``, ``snapshots``, ``checkpoints``) as a target and as
+    a draft, the recurrent state per sequence and the snapshots a target keeps, and its
+    sliding window (0: none)."""
+    arch = g.architecture or ""
+    recurrent = arch in RECURRENT_ARCHITECTURES or arch in HYBRID_ARCHITECTURES
+    shape = recurrent_shape(g) if recurrent else None
+    target, draft = (rollback_plan(arch, recurrent, shape, role=r) for r in ("target", "draft"))
+    return {"target": target.way, "draft": draft.way, "state_bytes": target.state_bytes,
+            "snapshot_bytes": target.snapshot_bytes, "n_rs_seq": target.n_rs_seq,
+            "sliding_window": md_int(g, f"{arch}.attention.sliding_window") or 0}

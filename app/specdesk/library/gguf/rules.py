@@ -27,9 +27,13 @@ HYBRID_ARCHITECTURES = frozenset({
     "qwen3next", "kimi-linear", "qwen35", "qwen35moe", "deepseek4", "bailingmoe3", "kimi-k3", "glm5-next",
     "qwen4exp", "minimax-01",
 })
-#: Architectures SpecDesk cannot use as a target or draft: speculative decoding rolls
-#: back the rejected part of a draft, which their state does not allow.
-NO_ROLLBACK_ARCHITECTURES = RECURRENT_ARCHITECTURES | HYBRID_ARCHITECTURES
+#: Recurrent and hybrid architectures whose files SpecDesk checks as llama.cpp needs them
+#: (library.gguf.hybrid) and rolls back exactly (engine.rollback), so accepts.
+CHECKED_RECURRENT_ARCHITECTURES = frozenset({"qwen35"})
+#: Architectures SpecDesk refuses as a target or draft. In llama.cpp 0.3.36 every one can
+#: roll back (snapshots, or checkpoints of its state: rules.rollback), but a malformed
+#: file of one aborts llama.cpp where SpecDesk does not check its tensors first.
+REFUSED_RECURRENT_ARCHITECTURES = (RECURRENT_ARCHITECTURES | HYBRID_ARCHITECTURES) - CHECKED_RECURRENT_ARCHITECTURES
 
 #: tokenizer.ggml.model values llama.cpp knows ("unknown tokenizer" otherwise).
 TOKENIZER_MODELS = frozenset({"no_vocab", "none", "llama", "bert", "gpt2", "t5", "rwkv", "plamo2"})
@@ -157,6 +161,7 @@ ARCH_KEY_TYPES: dict[str, str] = {
     K.LLM.USE_PARALLEL_RESIDUAL: "bool",
     K.LLM.LEADING_DENSE_BLOCK_COUNT: "u32",
     K.LLM.NEXTN_PREDICT_LAYERS: "u32",
+    K.LLM.FULL_ATTENTION_INTERVAL: "u32",
     K.Attention.HEAD_COUNT: "layers",
     K.Attention.HEAD_COUNT_KV: "layers",
     K.Attention.KEY_LENGTH: "u32",
@@ -187,6 +192,7 @@ ARCH_KEY_TYPES: dict[str, str] = {
 ARCH_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "llama": (K.Attention.LAYERNORM_RMS_EPS,),
     "qwen2": (K.Attention.LAYERNORM_RMS_EPS,),
+    "qwen35": (K.Attention.LAYERNORM_RMS_EPS,),
 }
 
 INT_ARRAY_TYPES = (VT.INT32, VT.UINT32)

@@ -31,6 +31,7 @@ from ...errors import Cancelled, ModelFileError
 from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
 from .header import GGUFFile, TensorInfo
+from .hybrid import CHECKED_HYBRIDS, check_layout
 from .split import merged, read_model, split_parts
 from .rules import (
     ARCH_KEY_TYPES,
@@ -41,13 +42,14 @@ from .rules import (
     EXPERTS_ASSERTED,
     GENERAL_KEY_TYPES,
     HEAD_SIZES_ASSERTED,
+    CHECKED_RECURRENT_ARCHITECTURES,
     HYBRID_ARCHITECTURES,
     INT_ARRAY_TYPES,
     MTP_ONLY_PROBE_ARCHS,
     NO_HEADS_ARCHS,
-    NO_ROLLBACK_ARCHITECTURES,
     NROT_MUST_MATCH,
     RECURRENT_ARCHITECTURES,
+    REFUSED_RECURRENT_ARCHITECTURES,
     ROPE_SCALING_TYPES,
     SUPPORTED_ARCHITECTURES,
     TOKENIZER_MODELS,
@@ -376,6 +378,8 @@ class _Validator:
                             "file of heads alone and load its trunk without checking a tensor of it")
         if self.arch in EXACT_LAYOUT_ARCHS and self.n_expert == 0:
             self.check_exact_layout(names)
+        if self.arch in CHECKED_HYBRIDS:
+            check_layout(self, names)
 
     def expected_tensors(self) -> dict[str, tuple[tuple[int, ...], bool]]:
         """name -> (shape, required) of the tensors llama.cpp creates for llama/qwen2."""
@@ -524,14 +528,16 @@ def _validated(path: Path, cancel: Cancel | None) -> GGUFFile:
 
 
 def check_rollback(g: GGUFFile) -> None:
-    """Refuse an architecture whose state cannot be partly rolled back."""
+    """Refuse a recurrent or hybrid architecture whose files SpecDesk does not check
+    (a malformed one would abort llama.cpp); the checked ones roll back exactly."""
     arch = g.architecture or ""
-    if arch in NO_ROLLBACK_ARCHITECTURES:
+    if arch in REFUSED_RECURRENT_ARCHITECTURES:
         kind = "recurrent" if arch in RECURRENT_ARCHITECTURES else "a hybrid of attention and recurrent layers"
         assert arch in RECURRENT_ARCHITECTURES or arch in HYBRID_ARCHITECTURES
+        checked = ", ".join(sorted(CHECKED_RECURRENT_ARCHITECTURES))
         raise ModelFileError(
-            f"{_label(g.path)}: architecture '{_show(arch)}' is {kind}; speculative decoding must roll back "
-            f"rejected draft tokens, which llama.cpp cannot do for its state"
+            f"{_label(g.path)}: architecture '{_show(arch)}' is {kind}; SpecDesk speculates on such models only where "
+            f"it checks their tensors before llama.cpp loads them ({checked}), as a malformed one aborts llama.cpp"
         )
 
 
@@ -572,8 +578,10 @@ def validate_gguf(
     * ``token_embd.weight`` exists with shape {embedding_length, n_vocab}; output.weight
       matches the vocabulary; the blk.N indices are exactly 0..block_count-1; for llama
       and qwen2 the exact tensor set and shapes llama.cpp creates, and nothing else;
-    * unless ``allow_recurrent``: the architecture is not recurrent or hybrid (llama.cpp's
-      lists), since SpecDesk must roll back part of the KV cache.
+    * for a hybrid architecture SpecDesk accepts (qwen35, :mod:`.hybrid`): the
+      hyper-parameters its graph asserts on or divides by, and the exact tensor set;
+    * unless ``allow_recurrent``: the architecture is not a recurrent or hybrid one
+      (llama.cpp's lists) that SpecDesk does not check (:func:`check_rollback`).
 
     Linear in the header's size, with memory as ``read_gguf``; ``cancel`` is checked
     in the long loops. The result (or the error) is memoised per (resolved path, size,
