@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from specdesk_run_worker import CRASHED, FAILED, RAN, REFUSED, TIMEOUT, run_many  # noqa: E402
 from synth.hybrid import HybridSpec, write_hybrid_model  # noqa: E402
-from tiny_gguf import apply_mutations, header_fields, random_ops, rebuild_gguf  # noqa: E402
+from synth.mutations import apply_mutations, header_fields, random_ops  # noqa: E402
+from synth.tiny_llama import rebuild_gguf  # noqa: E402
 
 from specdesk.errors import ModelFileError  # noqa: E402
 from specdesk.library.gguf import clear_memo, read_gguf, validate_gguf  # noqa: E402

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from synth.hybrid import HybridSpec, write_hybrid_model  # noqa: E402
 from synth.swa import SwaSpec, write_swa_model  # noqa: E402
-from tiny_gguf import rebuild_gguf  # noqa: E402
+from synth.tiny_llama import rebuild_gguf  # noqa: E402
 
 from specdesk.cli import doctor  # noqa: E402
 from specdesk.library.gguf import read_gguf  # noqa: E402

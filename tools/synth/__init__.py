@@ -7,7 +7,11 @@ benchmarks of architectures no small real model can stand in for.
 - :mod:`synth.world`: the rules of their text, shared by a target and its drafts, so
   that each model's next token depends on more than the last one and a state rolled back
   wrongly changes what it says;
-- :mod:`synth.vocab`: the tiny byte-level BPE vocabulary they share.
+- :mod:`synth.mtp`: GLM-4.5 and Step 3.5 with NextN heads (tools/make_mtp_model.py);
+- :mod:`synth.tiny_llama`, :mod:`synth.mutations`: the tiny llama and SPM models of the
+  GGUF tests, and the header mutations of their fuzz;
+- :mod:`synth.tiny_vocab`: the tiny byte-level BPE (and SPM) vocabularies they all share,
+  which :mod:`synth.vocab` writes into a file.
 
 Put tools/ on ``sys.path`` and ``from synth.hybrid import HybridSpec, write_hybrid_model``
 (tools/make_hybrid_model.py is the command line).

@@ -1,64 +1,15 @@
-"""The tiny byte-level BPE vocabulary the synthetic models share (405 tokens, SmolLM2/GPT-2
-style, with merges for about 70 common English words) and a ChatML template.
-
-A copy of what tests/data/gguf/tiny_gguf.py writes (tools never import tests/): the same
-tokens in the same order, so a synthetic model here and a tiny test model there share a
-vocabulary.
-"""
+"""The tiny byte-level BPE vocabulary the synthetic models share (:mod:`synth.tiny_vocab`:
+405 tokens, SmolLM2/GPT-2 style) written into a GGUF, with a ChatML template."""
 
 from __future__ import annotations
 
 import gguf
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
-    "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-WORDS = (
-    "the of and to in is that it for was on are as with his they at be this from have or by one had "
-    "not but what all were when we there can an your which their said if do will each about how up out "
-    "them then she many some so these would other into has more her two like him see time could no make"
-).split()
+from .tiny_vocab import CHATML_TEMPLATE, bpe_vocab
 
 CONTROL = 3  # llama_token_type CONTROL
 
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable unicode character map (byte-level BPE)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
-def bpe_vocab() -> tuple[list[str], list[int], list[str]]:
-    """(tokens, token types, merges): three control tokens, the 256 bytes, the merged words."""
-    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    types = [CONTROL] * 3
-    b2u = _bytes_to_unicode()
-    for b in range(256):
-        tokens.append(b2u[b])
-        types.append(1)
-    merges: list[str] = []
-    have = set(tokens)
-    for w in WORDS:
-        text = "Ġ" + w
-        cur = text[0]
-        for ch in text[1:]:
-            nxt = cur + ch
-            if nxt not in have:
-                merges.append(f"{cur} {ch}")
-                tokens.append(nxt)
-                types.append(1)
-                have.add(nxt)
-            cur = nxt
-    return tokens, types, merges
+__all__ = ["CHATML_TEMPLATE", "CONTROL", "add_vocab", "bpe_vocab"]
 
 
 def add_vocab(w: gguf.GGUFWriter) -> tuple[int, list[int]]:
