@@ -260,7 +260,11 @@ def run_cli_user(prompt: str, tokens: int, env: dict, timeout: float, cli_env: d
 
 def window_worker(cfg: dict) -> int:
     """Inside xvfb-run (or offscreen): build the MainWindow, apply the compared settings,
-    load the pair, send the prompt; print the result as one line."""
+    load the pair, send the prompt; print the result as one line. llama.cpp's threads
+    wait as in the app (set by its entry point before llama.cpp loads)."""
+    from specdesk.engine.threads import prepare_for_ui
+
+    prepare_for_ui()
     from PySide6.QtCore import QSettings, QTimer
 
     from specdesk.ui.app import create_app, data_dir
