@@ -1,37 +1,43 @@
 #!/usr/bin/env python3
-"""The app against the CLI: the same unseen prompts and settings through
-`specdesk generate --json` and through the real app on a virtual X screen, for
-draft:auto and target alone (or other configurations), repeats interleaved.
+"""The app against the CLI: the same unseen prompts through `specdesk generate --json`
+and through the real app on a virtual X screen, repeats interleaved, in one of two ways.
 
-    .venv/bin/python tools/app_vs_cli.py [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
-        [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D]
+    .venv/bin/python tools/app_vs_cli.py [--flow user] [--repeats 3] [--screens 1920x1080,1366x768]
+        [--prompts code] [--app-env K=V ...] [--cli-env K=V ...] [--source DIR] [--json OUT]
+    .venv/bin/python tools/app_vs_cli.py --flow window [--repeats 3] [--tokens 512] [--prompts code,editing,prose]
+        [--configs auto,none] [--p-min 0.75] [--threads N] [--target T --draft D] [--screens 1366x768]
         [--source DIR] [--before DIR --configs auto,auto@before,none] [--shared-cache] [--offscreen] [--json OUT]
     .venv/bin/python tools/app_vs_cli.py --combine RUN1.json RUN2.json   # earlier runs' reports, together
 
+``--flow user`` (the default) drives the app as a user does (tools/app_flows.py): the
+installed ``specdesk`` entry point under `xvfb-run` at each of ``--screens``, fresh
+settings, the default pair from models/, the prompt typed into the message box with
+xdotool (Debian's xdotool) once the pair has loaded, Enter, and the default answer (a
+fresh user's settings: 512 tokens, draft:auto) left to finish; its statistics are read
+from the chat database the app wrote. Against it, ``specdesk generate --prompt P
+--max-tokens 512 --json`` with the CLI's defaults, through the same entry point. Only
+the prompts and the screens vary. ``--app-env``/``--cli-env`` add environment variables
+to one side (an A/B of a suspect, e.g. OMP_WAIT_POLICY=passive).
+
+``--flow window`` builds the MainWindow in a process of this tool, applies the settings
+it compares (``--configs``, ``--p-min``, ``--threads``, ``--tokens``) and sends the prompt
+through the window's API: configurations the user's flow cannot reach without the
+Settings dialog, e.g. draft:auto against target alone; ``--offscreen`` uses Qt's
+offscreen platform instead of xvfb-run, ``--before DIR`` with configurations named
+NAME@before measures the code before a change in the same run.
+
 Every run is a fresh process with fresh data, cache and config folders and a fresh
-HOME (a first run on a new machine: nothing learnt before, the harshest case for
-auto); ``--shared-cache`` gives all runs one cache and HOME instead, as one user's CLI
-and app share theirs. Within each repeat the prompts, the configurations and the two
-front ends alternate, so that drift on a shared machine hits all alike.
-
-It reports, per prompt, ratios measured in this run, each the median over the
-repeats of the ratio within a repeat, with their range (min-max): the app's draft:auto
-against the CLI's, and draft:auto against target alone in the app and in the CLI
-(decode tokens/s), with their geometric mean and its 95% interval; then each ratio
-pooled over the prompts, with the interval the Compare tab computes
-(``specdesk.bench.stats.paired_speedup``). Per run: decode tokens/s, tokens drafted
-and accepted, auto's decisions, and a step's time split into llama.cpp's compute (both
-contexts) and the rest (Python; in the app also waits for the GIL the Qt thread holds),
-which says where the app loses what it loses against the CLI; for the app also the Qt
-thread's CPU time during the answer. ``--combine`` reports the runs of several ``--json`` files together (a
-noisy machine needs more repeats than one sitting gives).
-
-The app runs under `xvfb-run` (the Debian package xvfb) with the xcb platform, as a
-user's desktop would; ``--offscreen`` uses Qt's offscreen platform instead.
-``--source DIR`` runs another copy of the package (its app/ folder), e.g. the code
-before a change; ``--before DIR`` with configurations named NAME@before measures the
-code before a change in the same run, interleaved, against the same target-alone runs.
-A tool, not a test: its figures hold only on a quiet machine.
+HOME (never the user's); ``--shared-cache`` gives all runs one cache and HOME instead.
+Within each repeat the prompts, the configurations (screens) and the two front ends
+alternate, so that drift on a shared machine hits all alike. The report says which
+flow ran. Per prompt: the ratios within each repeat (the app against the CLI; in the
+window flow also draft:auto against target alone), their median [min-max] and their
+geometric mean with its 95% interval (``specdesk.bench.stats.paired_speedup``); per
+run: decode tokens/s, drafting, a step's time split into llama.cpp's compute and the
+rest, and for the app what each of its threads did during the answer (CPU seconds,
+voluntary/involuntary context switches, from /proc) and the X server's CPU. ``--source
+DIR`` runs another copy of the package (its app/ folder), e.g. the code before a change.
+A tool, not a test: its figures hold only on a quiet machine (the load is printed).
 """
 
 from __future__ import annotations
@@ -39,19 +45,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from app_flows import RESULT, run_cli_user, run_user_flow, window_worker  # tools/app_flows.py
 from scratch import scratch_dir  # tools/scratch.py: removed when the tool ends
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
-RESULT = "APP-RESULT "
 
 # Unseen prompts (none is in the project's suites), one of each kind.
 PROMPTS = {
@@ -92,76 +99,6 @@ def parse_config(name: str) -> tuple[str, str]:
     if proposer not in ("draft", "ngram", "hybrid") or not (k == "auto" or k.isdigit()):
         raise SystemExit(f"unknown configuration {name!r}: auto, none, or PROPOSER:auto / PROPOSER:k=N")
     return proposer, k
-
-
-# -- the app, inside the virtual screen --------------------------------------------------
-
-def x_server_cpu() -> float | None:
-    """CPU seconds the virtual X server (xvfb-run's Xvfb, this process's sibling) has
-    used: the painting a desktop's display server does for the app, on the same cores."""
-    import psutil
-
-    try:
-        for p in psutil.Process().parent().children():
-            if p.name() == "Xvfb":
-                t = p.cpu_times()
-                return t.user + t.system
-    except (psutil.Error, AttributeError):
-        pass
-    return None
-
-
-def app_worker(cfg: dict) -> int:
-    """Load the pair in the real MainWindow, send the prompt, print the result as one line."""
-    from PySide6.QtCore import QSettings, QTimer
-
-    from specdesk.ui.app import create_app, data_dir
-    from specdesk.ui.main_window import MainWindow
-    from specdesk.ui.settings import ChatSettings
-
-    app = create_app()
-    QSettings().clear()
-    w = MainWindow(data_dir(), autoload=False)
-    w.resize(1366, 768)
-    w.show()
-    auto = cfg["k"] == "auto"
-    # the app's defaults but for what is compared: settings first, applied before loading
-    w.apply_settings(ChatSettings(proposer=cfg["proposer"], auto_k=auto, k=4 if auto else int(cfg["k"]),
-                                  p_min=cfg["p_min"], temperature=0.0, max_tokens=cfg["tokens"],
-                                  threads=cfg["threads"] or 0))
-    out: dict = {}
-    state = {"sent": False}
-
-    def loaded(session) -> None:
-        if session is None:
-            out["error"] = "load failed: " + getattr(getattr(w, "error_banner", None), "text", lambda: "?")()
-            app.exit(1)
-            return
-        if not state["sent"]:
-            state["sent"] = True
-            out["qt_cpu0"] = time.thread_time()  # this is the Qt thread
-            out["x_cpu0"] = x_server_cpu()
-            w.send(cfg["prompt"])
-
-    def done(gen) -> None:
-        out["stats"] = gen.stats.to_dict()
-        out["text"] = gen.text
-        out["qt_cpu_s"] = time.thread_time() - out.pop("qt_cpu0")
-        x0, x1 = out.pop("x_cpu0"), x_server_cpu()
-        if x0 is not None and x1 is not None:
-            out["x_cpu_s"] = x1 - x0
-        label = getattr(getattr(w, "stats", None), "auto_estimate", None)
-        out["estimate"] = label.text() if label is not None else ""
-        app.quit()
-
-    w.models_changed.connect(loaded)
-    w.generation_finished.connect(done)
-    QTimer.singleShot(int(cfg["timeout"] * 1000), lambda: (out.setdefault("error", "timed out"), app.exit(1)))
-    w.load_models(Path(cfg["target"]), Path(cfg["draft"]) if cfg["draft"] else None, confirm_memory=False)
-    app.exec()
-    w.close()
-    print(RESULT + json.dumps(out), flush=True)
-    return 0 if "stats" in out else 1
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -212,6 +149,7 @@ def new_folders(root: Path) -> dict:
 
 
 def run_cli(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
+    env = dict(env, **args.cli_env)
     cmd = [sys.executable, "-m", "specdesk", "generate", "--json", "--prompt", prompt,
            "--max-tokens", str(args.tokens), "--proposer", proposer, "--k", k,
            "--p-min", str(args.p_min), "--temp", "0", "--target", str(args.target)]
@@ -226,17 +164,17 @@ def run_cli(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
     return {"stats": doc["stats"], "text": doc["text"]}
 
 
-def run_app(args, prompt: str, proposer: str, k: str, env: dict) -> dict:
+def run_app(args, prompt: str, proposer: str, k: str, env: dict, screen: str) -> dict:
     cfg = {"prompt": prompt, "tokens": args.tokens, "proposer": proposer, "k": k, "p_min": args.p_min,
-           "threads": args.threads, "target": str(args.target),
+           "threads": args.threads, "target": str(args.target), "size": screen,
            "draft": str(args.draft) if args.draft and proposer in ("draft", "hybrid") else None, "timeout": args.timeout}
-    env = dict(env)
+    env = dict(env, **args.app_env)
     cmd = [sys.executable, str(HERE), "--app-worker", json.dumps(cfg)]
     if args.offscreen:
         env["QT_QPA_PLATFORM"] = "offscreen"
     else:
         env["QT_QPA_PLATFORM"] = "xcb"
-        cmd = ["xvfb-run", "-a", "-s", "-screen 0 1366x768x24"] + cmd
+        cmd = ["xvfb-run", "-a", "-s", f"-screen 0 {screen}x24"] + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout + 60)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith(RESULT)), None)
     if line is None:
@@ -263,7 +201,18 @@ def figures(r: dict) -> dict:
         f["x_cpu_share"] = r["x_cpu_s"] / st["decode_seconds"]
     if r.get("estimate"):
         f["estimate"] = r["estimate"]
+    if r.get("threads"):
+        f["threads"] = r["threads"]
     return f
+
+
+def thread_line(f: dict) -> str:
+    """What the app's threads did during the answer, per thread name, busiest first:
+    CPU seconds per second of decode, voluntary/involuntary context switches per step."""
+    decode, steps = f["tok_s"] and f["generated"] / f["tok_s"], max(1, f["steps"])
+    groups = sorted((f.get("threads") or {}).items(), key=lambda kv: -kv[1]["cpu_s"])
+    return "; ".join(f"{name}×{g['threads']} cpu {g['cpu_s'] / decode:.2f}/s, switches/step {g['voluntary'] / steps:.1f}"
+                     f" vol {g['involuntary'] / steps:.1f} invol" for name, g in groups if g["cpu_s"] >= 0.05)
 
 
 def spread(xs: list[float]) -> str:
@@ -356,47 +305,104 @@ def load_now() -> str:
         return "?"
 
 
-def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "--app-worker":
-        return app_worker(json.loads(sys.argv[2]))
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flow", choices=("user", "window"), default="user",
+                    help="user: the installed entry point, the prompt typed (default); window: this tool builds the window")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--prompts", default=",".join(PROMPTS), help=f"some of {', '.join(PROMPTS)}")
+    ap.add_argument("--screens", default=None, help="WxH,...: the virtual screen(s) (user: 1920x1080,1366x768; window: 1366x768)")
+    ap.add_argument("--tokens", type=int, default=512, help="window flow only: the user's flow answers a fresh user's 512")
+    ap.add_argument("--prompts", default=None, help=f"some of {', '.join(PROMPTS)} (user: code; window: all)")
     ap.add_argument("--configs", default="auto,none",
-                    help="auto (draft:auto), none (target alone), or PROPOSER:auto / PROPOSER:k=N (e.g. ngram:auto)")
+                    help="window flow: auto (draft:auto), none (target alone), or PROPOSER:auto / PROPOSER:k=N")
     ap.add_argument("--fronts", default="cli,app", help="some of: cli, app")
-    ap.add_argument("--p-min", type=float, default=0.75)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--target", type=Path)
-    ap.add_argument("--draft", type=Path)
+    ap.add_argument("--p-min", type=float, default=0.75, help="window flow only")
+    ap.add_argument("--threads", type=int, default=None, help="window flow only")
+    ap.add_argument("--target", type=Path, help="window flow only (the user's flow loads the default pair)")
+    ap.add_argument("--draft", type=Path, help="window flow only")
+    ap.add_argument("--app-env", action="append", default=[], metavar="K=V", help="an environment variable for the app's runs")
+    ap.add_argument("--cli-env", action="append", default=[], metavar="K=V", help="an environment variable for the CLI's runs")
     ap.add_argument("--source", type=Path, help="another copy of the package to run: a folder holding app/ (e.g. `git archive REV app` unpacked) "
                          "or app/ itself (default: this checkout's app/)")
     ap.add_argument("--before", type=Path,
-                    help="another copy of the package, as --source, for the configurations named NAME@before (e.g. auto@before): "
-                         "the code before a change, measured in the same run, against the same target-alone runs")
+                    help="window flow: another copy of the package, as --source, for the configurations named NAME@before")
     ap.add_argument("--shared-cache", action="store_true", help="one cache, config and HOME for all runs")
-    ap.add_argument("--offscreen", action="store_true", help="Qt's offscreen platform instead of xvfb-run")
+    ap.add_argument("--offscreen", action="store_true", help="window flow: Qt's offscreen platform instead of xvfb-run")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
                     help="instead of running: the report over the runs of earlier --json files together")
     args = ap.parse_args()
+    user = args.flow == "user"
+    args.prompts = [p for p in (args.prompts or ("code" if user else ",".join(PROMPTS))).split(",") if p]
+    args.screens = [x for x in (args.screens or ("1920x1080,1366x768" if user else "1366x768")).split(",") if x]
+    args.fronts = [f for f in args.fronts.split(",") if f]
+    args.app_env, args.cli_env = (dict(kv.split("=", 1) for kv in kvs) for kvs in (args.app_env, args.cli_env))
+    if user:  # a fresh user's defaults; the configurations are the screens
+        if args.tokens != 512 or args.before or args.offscreen or args.target or args.draft or args.threads:
+            raise SystemExit("the user's flow runs a fresh user's defaults: --tokens, --threads, --target, --draft, "
+                             "--before and --offscreen are for --flow window")
+        args.configs = [f"user@{x}" for x in args.screens]
+    else:
+        args.configs = [c for c in args.configs.split(",") if c]
+        if len(args.screens) != 1:
+            raise SystemExit("the window flow runs at one screen size")
+        for c in args.configs:
+            parse_config(c)
+            if c.endswith("@before") and args.before is None:
+                raise SystemExit(f"{c} needs --before DIR")
+    bad = [p for p in args.prompts if p not in PROMPTS]
+    if bad or not set(args.fronts) <= {"cli", "app"} or not all(re.fullmatch(r"\d+x\d+", x) for x in args.screens):
+        raise SystemExit(f"unknown prompt, front end or screen: {', '.join(bad) or args.fronts or args.screens}")
+    needs = ["xvfb-run"] * ("app" in args.fronts and not args.offscreen) + ["xdotool"] * (user and "app" in args.fronts)
+    for tool in needs:
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is missing: apt-get install xvfb xdotool")
+    return args
+
+
+def one_run(args, front: str, prompt: str, name: str, env: dict) -> dict:
+    if args.flow == "user":
+        if front == "cli":
+            return run_cli_user(PROMPTS[prompt], args.tokens, dict(env, **args.cli_env), args.timeout)
+        return run_user_flow(PROMPTS[prompt], name.split("@", 1)[1], env, args.timeout, args.app_env)
+    proposer, k = parse_config(name)
+    if front == "cli":
+        return run_cli(args, PROMPTS[prompt], proposer, k, env)
+    return run_app(args, PROMPTS[prompt], proposer, k, env, args.screens[0])
+
+
+def header(args, shared) -> str:
+    if args.flow == "user":
+        return (f"the user's flow: the installed entry point ({sys.executable.rsplit('/', 1)[0]}/specdesk), a fresh user's "
+                f"defaults, the default pair, the prompt typed, screens {', '.join(args.screens)}; the CLI with its defaults; "
+                f"app env {args.app_env or '-'}, CLI env {args.cli_env or '-'}; source {args.source or 'this checkout'}, "
+                f"load {load_now()}")
+    return (f"the built window (this tool applies the settings): {args.target.name} + {args.draft.name}, {args.tokens} "
+            f"tokens, p-min {args.p_min}, threads {args.threads or 'default'}, "
+            f"{'offscreen' if args.offscreen else 'xvfb ' + args.screens[0]}, "
+            f"{'one shared cache' if shared else 'fresh folders every run'}, source {args.source or 'this checkout'}"
+            f"{', before ' + str(package_root(args.before)) if args.before else ''}, load {load_now()}")
+
+
+def run_line(i: int, prompt: str, front: str, name: str, f: dict) -> str:
+    why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
+    extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
+    extra += f", X server {100 * f['x_cpu_share']:.1f}%" if "x_cpu_share" in f else ""
+    extra += f"; per step: compute {f['native_ms_step']:.2f} ms, the rest {f['python_ms_step']:.2f} ms"
+    threads = f"\n      threads: {thread_line(f)}" if f.get("threads") else ""
+    return (f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
+            f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()}){threads}")
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--app-worker":
+        return window_worker(json.loads(sys.argv[2]))
+    args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still closes its apps and folders
     if args.combine:
         return combine(args.combine)
-    prompts = [p for p in args.prompts.split(",") if p]
-    configs = [c for c in args.configs.split(",") if c]
-    fronts = [f for f in args.fronts.split(",") if f]
-    for c in configs:
-        parse_config(c)
-        if c.endswith("@before") and args.before is None:
-            raise SystemExit(f"{c} needs --before DIR")
-    bad = [p for p in prompts if p not in PROMPTS]
-    if bad or not set(fronts) <= {"cli", "app"}:
-        raise SystemExit(f"unknown prompt, configuration or front end: {', '.join(bad) or args.fronts}")
-    if "app" in fronts and not args.offscreen and shutil.which("xvfb-run") is None:
-        raise SystemExit("xvfb-run is missing: apt-get install xvfb (or pass --offscreen)")
-    if args.target is None or args.draft is None:
+    if args.flow == "window" and (args.target is None or args.draft is None):
         sys.path.insert(0, str(REPO / "app"))
         from specdesk.library.defaults import default_models
 
@@ -409,38 +415,28 @@ def main() -> int:
     check_imports(fresh_env(args, check), package_root(args.source) if args.source else REPO / "app")
     if args.before is not None:
         check_imports(fresh_env(args, check, before=True), package_root(args.before))
-    print(f"{args.target.name} + {args.draft.name}, {args.tokens} tokens, p-min {args.p_min}, threads "
-          f"{args.threads or 'default'}, {'offscreen' if args.offscreen else 'xvfb'}, "
-          f"{'one shared cache' if shared else 'fresh folders every run'}, source {args.source or 'this checkout'}"
-          f"{', before ' + str(package_root(args.before)) if args.before else ''}, "
-          f"load {load_now()}", flush=True)
+    print(header(args, shared), flush=True)
     rows: dict = {}
     texts: dict = {}
     for i in range(args.repeats):
-        for prompt in prompts:
-            for name in configs:
-                proposer, k = parse_config(name)
-                for front in (fronts if i % 2 == 0 else fronts[::-1]):
+        for prompt in args.prompts:
+            for n, name in enumerate(args.configs):
+                for front in (args.fronts if (i + n) % 2 == 0 else args.fronts[::-1]):
                     env = fresh_env(args, shared or new_folders(root), before=name.endswith("@before"))
-                    fn = run_cli if front == "cli" else run_app
-                    f = figures(fn(args, PROMPTS[prompt], proposer, k, env))
+                    f = figures(one_run(args, front, prompt, name, env))
                     rows[(prompt, (front, name), i)] = f
                     texts.setdefault((prompt, name), {}).setdefault(front, set()).add(f.pop("text"))
-                    why = ", ".join(f"{key} ×{n}" for key, n in list(f["decisions"].items())[:3])
-                    extra = f"; Qt thread CPU {100 * f['qt_cpu_share']:.1f}% of decode" if "qt_cpu_share" in f else ""
-                    extra += f", X server {100 * f['x_cpu_share']:.1f}%" if "x_cpu_share" in f else ""
-                    extra += f"; per step: compute {f['native_ms_step']:.2f} ms, the rest {f['python_ms_step']:.2f} ms"
-                    print(f"repeat {i + 1} {prompt:<8} {front} {name:<4}: {f['tok_s']:.2f} tok/s, {f['generated']} tokens, "
-                          f"drafted {f['drafted']} / accepted {f['accepted']}; {why}{extra} (load {load_now()})",
-                          flush=True)
+                    print(run_line(i, prompt, front, name, f), flush=True)
     for (prompt, name), by_front in texts.items():
         if len({t for ts in by_front.values() for t in ts}) > 1:
             print(f"note: {prompt} {name}: the answers differed between runs or front ends")
-    summary = report(rows, prompts, args.repeats, configs)
+    print(f"\n{'the user' + chr(39) + 's flow (installed entry point, prompt typed)' if args.flow == 'user' else 'the built window'}:")
+    summary = report(rows, args.prompts, args.repeats, args.configs)
     if args.json:
         from specdesk.files import write_json_atomic
 
         write_json_atomic(args.json, {
+            "flow": args.flow,
             "args": {k: str(v) for k, v in vars(args).items()},
             "runs": [{"prompt": p, "front": fc[0], "config": fc[1], "repeat": i, **f} for (p, fc, i), f in rows.items()],
             "load_end": load_now(),

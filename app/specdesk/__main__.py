@@ -26,13 +26,35 @@ class _App:
         return run_self_test(model, draft)
 
 
+#: The CLI's commands (``specdesk.cli.COMMANDS``; a test keeps the two equal): any other
+#: first word, or none, opens the app.
+CLI_COMMANDS = ("generate", "compare", "models", "bench", "advise", "doctor", "rpc-server", "serve")
+
+
+def opens_app(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` opens the app (no command, ``gui``, files, ``--self-test``), read
+    before the CLI is imported, which loads llama.cpp; the CLI's parser then decides
+    again, exactly."""
+    if any(a.startswith("--self-test") for a in argv):
+        return True
+    words = [a for a in argv if not a.startswith("-")]
+    return not words or words[0] not in CLI_COMMANDS
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if opens_app(args):
+        # The app's Qt thread shares the CPUs with llama.cpp's: its threads must not spin
+        # through the UI's turns. Set before llama.cpp (and its OpenMP runtime) is loaded.
+        from .engine.threads import prepare_for_ui
+
+        prepare_for_ui()
     try:
         from .cli import main as cli_main  # a second of imports: Ctrl+C here is no traceback either
     except KeyboardInterrupt:
         print("specdesk: interrupted", file=sys.stderr)
         return 130
-    return cli_main(sys.argv[1:] if argv is None else argv, app=_App())
+    return cli_main(args, app=_App())
 
 
 if __name__ == "__main__":

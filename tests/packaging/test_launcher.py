@@ -298,3 +298,36 @@ def test_self_test_leaves_the_users_data_alone(tmp_path, monkeypatch):
     assert r.returncode == 1 and "FAIL models" in r.stdout
     left = [p for p in home.rglob("*") if "specdesk" in str(p).lower()] if home.exists() else []
     assert left == [], left
+
+
+# -- how llama.cpp's threads wait: set by the app's launch path, not by the CLI
+
+
+def _gomp_spin(stderr: str) -> str:
+    """GOMP_SPINCOUNT as llama.cpp's OpenMP runtime read it when it was loaded
+    (OMP_DISPLAY_ENV=VERBOSE: libgomp prints its settings then)."""
+    found = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", stderr)
+    assert found, f"libgomp printed no settings: is llama.cpp built with OpenMP?\n{stderr[-2000:]}"
+    return found[0]
+
+
+def test_the_app_chooses_how_llamas_threads_wait_from_the_core_count_and_the_cli_does_not(env):
+    """The app's Qt thread shares the CPUs with llama.cpp's threads: where those take every
+    CPU, the app shortens their spin (engine/threads.py) before llama.cpp is loaded, so the
+    value reaches the OpenMP runtime that runs every llama.cpp step of the app; the CLI
+    keeps the runtime's default."""
+    from specdesk.engine.threads import ui_spin_count
+
+    if not SMOL.is_file():
+        pytest.fail(f"{SMOL} is missing: run `specdesk models fetch-default --test-model` first")
+    env = {k: v for k, v in env.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    bare = subprocess.run([sys.executable, "-c", "import llama_cpp"], env=env, capture_output=True, text=True, timeout=120)
+    default = _gomp_spin(bare.stderr)
+    app = run_specdesk(env, "--self-test", str(SMOL), timeout=400)  # the app, offscreen: loads and answers
+    assert app.returncode == 0, app.stdout + app.stderr
+    cli = run_specdesk(env, "generate", "--target", str(SMOL), "--prompt", "hi", "--max-tokens", "2", "--json")
+    assert cli.returncode == 0, cli.stderr
+    chosen = ui_spin_count()
+    assert _gomp_spin(app.stderr) == (str(chosen) if chosen is not None else default)
+    assert _gomp_spin(cli.stderr) == default

@@ -29,29 +29,13 @@ from .backend import (
 )
 from .devices import backends
 from .rpc import gone
+from .threads import default_threads
 from ..rules.vocab import VocabInfo
 
 __all__ = ["Buffer", "Model", "capture_buffers", "default_threads", "ensure_backend", "last_native_error",
            "supports_gpu_offload", "system_info", "amx_compiled", "cpu_repack_buffer_type"]
 
 log = logging.getLogger(__name__)
-
-def default_threads() -> int:
-    """Physical cores if psutil knows them, else all logical CPUs (llama.cpp's habit).
-
-    The app uses this too, with its UI beside llama.cpp's threads. Measured on a 2-core
-    machine (tools/app_vs_cli.py, default pair, median of 3): one thread left the UI a
-    core of its own (app = 1.03x the CLI) but decoded at 0.65x the speed of two threads
-    in the app; with its repaints coalesced the UI costs two threads about 5%, so
-    every physical core stays the default there too."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # noqa: BLE001 - psutil is optional here
-        n = None
-    return max(1, n or os.cpu_count() or 1)
-
 
 def supports_gpu_offload() -> bool:
     """Whether a local GPU backend is built in (llama.cpp also says yes for a build
