@@ -89,7 +89,7 @@ CASES = [
     Case("no output gate", drop="blk.0.attn_gate.weight", refused="missing tensor 'blk.0.attn_gate.weight'", aborts=True),
     Case("no decay", drop="blk.2.ssm_a", refused="missing tensor 'blk.2.ssm_a'"),
     Case("no q norm", drop="blk.1.attn_q_norm.weight", refused="missing tensor 'blk.1.attn_q_norm.weight'"),
-    Case("heads only", drop="blk.0.attn_norm.weight", refused="MTP heads only"),
+    Case("heads only", drop="blk.0.attn_norm.weight", refused="'blk.0.attn_norm.weight'"),
     # llama.cpp wants a declared NextN block's tensors even when it does not load the heads
     Case("a head without eh_proj", drop="blk.4.nextn.eh_proj.weight", refused="missing tensor 'blk.4.nextn.eh_proj.weight'"),
     Case("a head without its ffn", drop="blk.4.ffn_up.weight", refused="missing tensor 'blk.4.ffn_up.weight'"),
