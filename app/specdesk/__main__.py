@@ -28,7 +28,7 @@ class _App:
 
 #: The CLI's commands (``specdesk.cli.COMMANDS``; a test keeps the two equal): any other
 #: first word, or none, opens the app.
-CLI_COMMANDS = ("generate", "compare", "models", "bench", "advise", "doctor", "rpc-server", "serve")
+CLI_COMMANDS = ("generate", "compare", "models", "bench", "advise", "doctor", "rpc-server", "serve", "serve-load", "drift")
 
 
 def opens_app(argv: Sequence[str]) -> bool:

@@ -283,9 +283,11 @@ def test_settings_dialog_flags_reload_and_round_trips(qtbot, window):
     dlg.close()
 
 
-def test_a_load_warms_the_pair_for_the_chat_and_the_setting_turns_it_off(qtbot, window, smol_path, smol_draft_path):
+def test_a_load_warms_the_pair_for_the_chat_and_the_setting_turns_it_off(qtbot, window, smol_path, smol_draft_path,
+                                                                          monkeypatch, tmp_path):
     """The load warms what the chat will run (the draft model too) before the pair is
     handed over; with the setting off, neither the load nor the answers warm anything."""
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))  # no costs saved by an earlier test on this pair
     w = window
     w.apply_settings(ChatSettings(proposer="draft", max_tokens=8))
     s = load(qtbot, w, smol_path, smol_draft_path)

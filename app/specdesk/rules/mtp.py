@@ -141,6 +141,7 @@ MTP_GRAPHS: dict[str, MtpGraph] = {
     "step35": MtpGraph(EITHER),
     "mimo2": MtpGraph(DENSE, fused_qkv=True),
     "hy_v3": MtpGraph(EITHER),
+    "qwen35": MtpGraph(DENSE),  # its NextN block's ffn_gate/down/up are created required (src/models/qwen35.cpp)
 }
 
 #: A block's feed-forward tensors (names after ``blk.N.``).

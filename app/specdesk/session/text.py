@@ -497,21 +497,33 @@ def replay_clock_text(t: float, end: float, speed: float) -> str:
     return text if speed == 1.0 else f"{text} at {speed:g}×"
 
 
-def memory_buys_text(up: dict | None, pub: dict | None = None, note: str | None = None) -> str:
+def memory_buys_text(up: dict | None) -> str:
     """The draft's memory spent on the target instead: the better quantization it would
-    buy (``QuantUpgrade.to_dict()``, estimated from the sizes), and whether the target's
-    Hugging Face repo publishes it (``PublishedQuant.to_dict()``, or why none is offered):
-    the one sentence the CLI, the app and the advice say it with ("" without one)."""
+    buy (``QuantUpgrade.to_dict()``, estimated from the sizes), the one sentence the CLI,
+    the app and the advice say it with ("" without one)."""
     if not up:
         return ""
-    text = (f"Without the draft, its memory would buy the target at {up['better']} instead of {up['current']}: "
-            f"about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}, estimated)")
+    return (f"Without the draft, its memory would buy the target at {up['better']} instead of {up['current']} "
+            f"(estimated): about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}).")
+
+
+def published_text(pub: dict | None, note: str | None = None) -> str:
+    """Whether the target's Hugging Face repo publishes that quantization
+    (``PublishedQuant.to_dict()``), or why none is offered ("" when neither is known)."""
     if pub:
         size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
-        text += f"; {pub['repo']} publishes {pub['quant']} as {pub['file']}{size}"
-    elif note:
-        text += f" ({note})"
-    return text + "."
+        command = f": {pub['command']}" if pub.get("command") else ""
+        return f"{pub['repo']} publishes {pub['quant']} as {pub['file']}{size}{command}."
+    return f"({note}.)" if note else ""
+
+
+def memory_offer_text(said: str, up: dict | None, pub: dict | None, note: str | None) -> str:
+    """What to add to ``said`` (an advice that may have said it already) about the draft's
+    memory: the better quantization once, then whether it is published."""
+    if not up:
+        return ""
+    parts = [] if memory_buys_text(up) in said else [memory_buys_text(up)]
+    return " ".join(parts + [published_text(pub, note)]).strip()
 
 
 def drift_table_text(drift: dict | None) -> str:

@@ -60,7 +60,7 @@ from ..session.text import (
     claim_text,
     drift_table_text,
     identity_text,
-    memory_buys_text,
+    memory_offer_text,
     noise_text,
     predicted_cell,
     prediction_text,
@@ -537,8 +537,7 @@ class CompareTab(QWidget):
         text = adv.get("recommendation") or ""
         up = (adv.get("calibration") or {}).get("quant_upgrade")
         pub = res.get("published_quant")
-        if up and "its memory would buy" not in text:  # the advice may have said it
-            text += " " + memory_buys_text(up, pub, res.get("published_quant_note"))
+        text += " " + memory_offer_text(text, up, pub, res.get("published_quant_note"))
         if pub:
             size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
             self.quant_btn.setText(f"Download {pub['quant']}{size}…")
