@@ -49,6 +49,12 @@ class Context:
         params.n_batch = min(n_batch, n_ctx)
         params.n_ubatch = min(n_batch, n_ctx)
         params.n_seq_max = 1
+        # A sliding-window model's cache (Gemma 2-4) keeps every position: with a cache of
+        # the window's size (swa_full off) llama.cpp reuses the cells the window has left
+        # behind, and a prompt that reuses a prefix from before them reads what replaced
+        # them (a synthetic Gemma 4 here: logits 0.7 off after 900 tokens, no error).
+        # llama.cpp's default, stated: the rollbacks and prefix reuse rely on it.
+        params.swa_full = True
         params.n_threads = self.threads
         params.n_threads_batch = self.threads
         params.no_perf = True

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import mtp
-from .sources import DraftSource
+from ..library.gguf import validate_gguf
+from . import gemma4, mtp
+from .sources import DraftSource, HeadFile
 
 #: The target's own sources, each made from its (validated) file before the load.
 _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
@@ -18,6 +19,16 @@ _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
 _DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe,)
 #: What drafts for a target with no draft file, in a few words (None: nothing of its own).
 _ALONE: tuple[Callable[[dict], str | None], ...] = (mtp.drafts_alone,)
+
+
+#: The draft files that are heads of their target, by architecture.
+_HEADS: dict[str, HeadFile] = {gemma4.HEAD.arch: gemma4.HEAD}
+
+
+def head_file(path: Path) -> HeadFile | None:
+    """What the (validated) draft file ``path`` is, where it is a head of its target
+    rather than a model of its own; None for a draft model."""
+    return _HEADS.get(validate_gguf(path).architecture or "")
 
 
 def own_sources(path: Path) -> list[DraftSource]:

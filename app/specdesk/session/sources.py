@@ -15,7 +15,8 @@ beside it: no front end changes.
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from ..engine.tokenizer import ModelTokenizer
 from ..rules.vocab import Compatibility
@@ -69,6 +70,21 @@ class DraftSource(Protocol):
         """What it holds in memory beyond the target (its own model, or its context)."""
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class HeadFile:
+    """A kind of draft file that is a head of its target rather than a model of its own
+    (a Gemma 4 assistant): ``check`` says why a pair does not fit, in a few words (None
+    when it does), from the two files alone, before llama.cpp sees them; ``context``
+    makes the head's context beside the loaded target's; ``source`` is the source made
+    of the loaded head (its LoadedModel, whose ``ctx`` that context is) and target."""
+
+    arch: str
+    what: str  # the file, in a few words ("a Gemma 4 assistant")
+    check: Callable
+    context: Callable
+    source: Callable
 
 
 class Missing:

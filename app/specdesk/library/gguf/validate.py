@@ -30,6 +30,7 @@ from pathlib import Path
 from ...errors import Cancelled, ModelFileError
 from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
+from .gemma4 import CHECKS as GEMMA4_CHECKS
 from .header import GGUFFile, TensorInfo
 from .split import merged, read_model, split_parts
 from .rules import (
@@ -165,6 +166,7 @@ class _Validator:
         self.check_hparams()
         self.check_vocab()
         self.check_tensors()
+        self.check_architecture_rules()
 
     def check_layout(self, g: GGUFFile) -> None:
         """llama.cpp requires tensor data in header order, each padded to the alignment
@@ -343,6 +345,14 @@ class _Validator:
             raise self.fail(f"the model has {self.n_layer} layers but there are no tensors for layer {missing}")
         if self.arch in EXACT_LAYOUT_ARCHS and self.n_expert == 0:
             self.check_exact_layout(names)
+
+    def check_architecture_rules(self) -> None:
+        """What one architecture's loader and graph assert beyond the checks above (an
+        abort where broken): Gemma 4's sliding-window layers (library/gguf/gemma4.py)."""
+        check = GEMMA4_CHECKS.get(self.arch)
+        problem = check(self.g) if check is not None else None
+        if problem:
+            raise self.fail(problem)
 
     def expected_tensors(self) -> dict[str, tuple[tuple[int, ...], bool]]:
         """name -> (shape, required) of the tensors llama.cpp creates for llama/qwen2."""
