@@ -74,7 +74,7 @@ class PairSpec:
     head_n_ff: int = 64
     head_n_swa: int = 0  # 0: the target's window
     head_out: int = 0  # the assistant's embedding_length_out (0: the target's width)
-    head_vocab_drop: int = 0  # write the assistant with this many fewer tokens
+    head_vocab_extra: int = 0  # write the assistant's vocabulary with this many more tokens
     attention: float = 0.0  # the weight of the target's attention output (0: a pure bigram trunk)
     margin: float = 10.0  # the successor's logit above the rest (10: p about 0.95 at T=1)
     noise: float = 1.0
@@ -210,11 +210,11 @@ def write_head(path: Path, s: PairSpec = PairSpec(), random: bool = False) -> Pa
     w.add_rope_dimension_count_swa(hd_swa)
     w.add_sliding_window(s.head_n_swa or s.n_swa)
     w.add_sliding_window_pattern(list(s.head_layers))
-    n_vocab, control = write_vocab(w)
+    n_tok, control = write_vocab(w, s.head_vocab_extra)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     t = _Tensors(w, s, 3)
-    _, out = _bigram(s, n_vocab, control)
-    n_tok = n_vocab - s.head_vocab_drop
+    _, out = _bigram(s, n_tok - s.head_vocab_extra, control)
+    out = np.vstack([out, np.zeros((s.head_vocab_extra, s.n_embd), dtype=np.float32)])
     half = s.n_embd // 2
     if random:
         t.add("token_embd.weight", t.rnd(n_tok, a, scale=1.0))
@@ -222,7 +222,7 @@ def write_head(path: Path, s: PairSpec = PairSpec(), random: bool = False) -> Pa
         t.add("nextn.pre_projection.weight", t.rnd(a, 2 * e, scale=1.0 / np.sqrt(2 * e)))
     else:
         emb = np.zeros((n_tok, a), dtype=np.float32)
-        emb[:, : min(a, half)] = out[:n_tok, : min(a, half)]
+        emb[:, : min(a, half)] = out[:, : min(a, half)]
         t.add("token_embd.weight", emb.astype(t.mat))
         # its hidden state is the embedding's first half, normed to length sqrt(a); the target's to sqrt(e)
         t.add("output_norm.weight", np.full(a, np.sqrt(e / a) * s.head_scale))

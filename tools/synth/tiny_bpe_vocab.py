@@ -60,9 +60,12 @@ def bpe_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def write_vocab(w: gguf.GGUFWriter) -> tuple[int, list[int]]:
-    """Write the vocabulary and the chat template; return (n_vocab, the control tokens' ids)."""
+def write_vocab(w: gguf.GGUFWriter, extra: int = 0) -> tuple[int, list[int]]:
+    """Write the vocabulary (with ``extra`` added tokens at its end: another vocabulary)
+    and the chat template; return (n_vocab, the control tokens' ids)."""
     tokens, types, merges = bpe_vocab()
+    tokens += [f"<extra_{i}>" for i in range(extra)]
+    types += [4] * extra  # USER_DEFINED
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)

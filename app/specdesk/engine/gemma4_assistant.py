@@ -111,7 +111,8 @@ class Gemma4Assistant:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = self.threads = target.threads
         params.no_perf = True
-        params.ctx_other = target.ptr
+        other = target.ptr  # the target's context: the assistant's cache is its
+        params.ctx_other = other
         with deferred_interrupt() as interrupted, capture_buffers() as buffers:
             ctx = llama_cpp.llama_init_from_model(mp, params)
             if interrupted[0] and ctx:

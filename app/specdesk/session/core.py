@@ -479,7 +479,10 @@ class Session:
             return None
         src = self.sources.get(kind.needs)
         if src is None:
-            return source_missing_text(config.proposer, kind.needs.name, registry.WITHOUT_DRAFT)
+            # what this session can draft with instead (the draft file's head, say), then what needs nothing
+            loaded = [k.name for k in registry.KINDS if k.substitute and k.needs in self.sources
+                      and self.sources[k.needs].refusal() is None]
+            return source_missing_text(config.proposer, kind.needs.name, loaded + list(registry.WITHOUT_DRAFT))
         return src.refusal()
 
     def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:
