@@ -10,6 +10,7 @@ from pathlib import Path
 from ..engine.gemma4_assistant import Gemma4Assistant
 from ..library.gguf import validate_gguf
 from ..library.gguf.gemma4 import ASSISTANT, pair_problem
+from ..library.pairing import HEADS
 from ..speculative.proposers import Gemma4AssistantProposer, Proposer
 from ..speculative.proposers.base import Source
 from ..speculative.proposers.gemma4_assistant import SOURCE
@@ -94,4 +95,14 @@ def context(model, target) -> Gemma4Assistant:
     return Gemma4Assistant(model, target.ctx)
 
 
-HEAD = HeadFile(ASSISTANT, "a Gemma 4 assistant", check_pair, context, AssistantSource)
+HEAD = HeadFile(ASSISTANT, HEADS[ASSISTANT], check_pair, context, AssistantSource)
+
+
+def describe(info: dict) -> list[tuple[str, str]]:
+    """What a model file's summary (the library's) says of it as a Gemma 4 assistant, as rows."""
+    a = info.get("assistant")
+    if not a:
+        return []
+    return [("Draft head", f"{HEADS[ASSISTANT]}: drafts for a {a['target_architecture']} target of width "
+                           f"{a['target_width']} (sliding window {a['window']}), sharing its cache; "
+                           "load it as that target's draft")]

@@ -16,7 +16,7 @@ from .sources import DraftSource, HeadFile
 #: The target's own sources, each made from its (validated) file before the load.
 _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
 #: What a library summary of a file says of each kind of source, as (label, text) rows.
-_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe,)
+_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe, gemma4.describe)
 #: What drafts for a target with no draft file, in a few words (None: nothing of its own).
 _ALONE: tuple[Callable[[dict], str | None], ...] = (mtp.drafts_alone,)
 

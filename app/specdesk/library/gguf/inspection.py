@@ -14,6 +14,7 @@ import gguf
 
 from .arrays import GGUFArray, StringArray
 from .estimate import estimate_memory, md_int
+from .gemma4 import TARGET as GEMMA4, is_assistant
 from .mtp import mtp_heads
 from .split import merged, read_model
 from .rules import K
@@ -82,4 +83,7 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         # multi-token-prediction (NextN) heads, and why they cannot draft (specdesk.rules.mtp), if so
         "mtp_heads": mtp.heads,
         "mtp_problem": mtp.problem if mtp.heads else None,
+        # a Gemma 4 assistant: the target it drafts for (its architecture and width, the window it reads)
+        "assistant": {"target_architecture": GEMMA4, "target_width": md_int(g, key(K.LLM.EMBEDDING_LENGTH_OUT)),
+                      "window": md_int(g, key(K.Attention.SLIDING_WINDOW))} if is_assistant(g) else None,
     }
