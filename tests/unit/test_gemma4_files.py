@@ -16,7 +16,7 @@ from specdesk.session.source_table import file_rows, head_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
-from synth.gemma4_assistant import PairSpec, write_head, write_pair, write_target  # noqa: E402
+from synth.gemma4_assistant import PairSpec, write_pair, write_target  # noqa: E402
 from tiny_gguf import rebuild_gguf  # noqa: E402
 
 
