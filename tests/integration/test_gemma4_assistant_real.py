@@ -182,3 +182,24 @@ def test_an_assistant_is_refused_as_a_target_and_beside_another_architecture(pai
     r = cli("generate", "--target", smol_path, "--draft", h, *ARGS, "--proposer", "gemma4-assistant", "--prompt", "x",
             "--max-tokens", "4")
     assert_one_line_error(r, "does not fit", "gemma4 target")
+
+
+def test_serve_drafts_with_an_assistant_as_generate_does(pairs, tmp_path):
+    from serving import start_serve
+
+    t, h = pairs["agree"]
+    s = start_serve(["--target", t, "--draft", h, "--ctx", "1024", "--threads", "1", "--proposer", "gemma4-assistant",
+                     "--k", "4"], tmp_path, key="test-key-1234")
+    try:
+        c = s.client()
+        model = c.models.list().data[0].id
+        r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=24,
+                                      temperature=0)
+        spec = r.model_extra["speculation"]
+        assert spec["proposer"] == "gemma4-assistant" and spec["drafted"] > 0 and spec["acceptance_rate"] >= 0.9
+        out = json.loads(cli("generate", "--target", t, "--draft", h, "--ctx", "1024", "--threads", "1",
+                             "--proposer", "none", "--prompt", PROMPTS[2], "--max-tokens", "24", "--json").stdout)
+        assert r.choices[0].message.content == out["text"]
+    finally:
+        assert s.stop() == 0, s.stderr()
+    assert "Traceback" not in s.stderr()
