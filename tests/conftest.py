@@ -84,6 +84,19 @@ def smol_path():
     return _model("test")
 
 
+#: The fixtures that hand a test the default Qwen pair (about 1.6 GB, seconds a step):
+#: every test that uses one is marked slow by that alone.
+QWEN_FIXTURES = ("qwen_target_path", "qwen_draft_path")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses the Qwen pair is ``slow`` (``-m 'not slow'`` leaves it out),
+    whether or not its file says so."""
+    for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in QWEN_FIXTURES):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def qwen_target_path():
     return _model("target")

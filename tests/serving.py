@@ -106,11 +106,12 @@ class Reply:
         return self.body.decode("utf-8", "replace")
 
 
-def start_serve(args: list, root: Path, key: str | None = None) -> Served:
-    """Start ``specdesk serve ARGS --port 0`` and wait for its "ready" line."""
-    env = isolated_env(root)
+def start_serve(args: list, root: Path, key: str | None = None, entry: list[str] | None = None, **env_extra: str) -> Served:
+    """Start ``specdesk serve ARGS --port 0`` (``entry``: another way in than ``python -m
+    specdesk``) and wait for its "ready" line."""
+    env = isolated_env(root, **env_extra)
     err = root / "serve.stderr"
-    cmd = [PY, "-m", "specdesk", "serve", *map(str, args), "--port", "0"] + (["--api-key", key] if key else [])
+    cmd = (entry or [PY, "-m", "specdesk"]) + ["serve", *map(str, args), "--port", "0"] + (["--api-key", key] if key else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(err, "w"), text=True, env=env)
     lines: queue.Queue = queue.Queue()
     seen: list[str] = []

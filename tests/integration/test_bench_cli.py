@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from test_cli import assert_one_line_error, cli
+from clirun import assert_one_line_error, cli
 
 
 @pytest.fixture(scope="module")

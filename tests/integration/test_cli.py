@@ -8,21 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from clirun import assert_one_line_error, cli
+
 PY = sys.executable
-
-
-def cli(*args, timeout=600, **kw):
-    env = dict(os.environ)
-    return subprocess.run([PY, "-m", "specdesk", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, **kw)
-
-
-def assert_one_line_error(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from specdesk.engine.context import Context
 from specdesk.engine.gemma4_assistant import Gemma4Assistant
 from specdesk.engine.model import Model
 from specdesk.session import GenerationConfig, ModelSpec, Session
-from test_cli import assert_one_line_error, cli
+from clirun import assert_one_line_error, cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from synth.gemma4_assistant import PairSpec, write_head, write_pair, write_target  # noqa: E402

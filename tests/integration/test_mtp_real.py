@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from mtp_gguf import MtpSpec, agreeing, no_heads, random_heads, write_mtp_model, write_step35_model
-from test_cli import assert_one_line_error, cli
+from clirun import assert_one_line_error, cli
 
 PROMPT = "the of and to in is that it for was"
 COMMON = ["--ctx", "512", "--threads", "2", "--raw", "--prompt", PROMPT]

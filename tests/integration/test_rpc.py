@@ -13,22 +13,14 @@ import threading
 
 import pytest
 
+from clirun import cli, free_port
+
 from specdesk.cli import main
 from specdesk.engine import rpc as engine_rpc
 from specdesk.session.remote import reinstall_command, rpc_supported
 
 PY = sys.executable
 needs_rpc = pytest.mark.skipif(not rpc_supported(), reason=f"llama.cpp built without RPC: {reinstall_command()}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([PY, "-m", "specdesk", *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 def one_line(stderr: str) -> str:

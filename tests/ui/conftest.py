@@ -53,3 +53,14 @@ def no_leaks(qapp, monkeypatch, tmp_path):
     assert not leaked_tasks, f"worker threads left running: {[t.name for t in leaked_tasks]}"
     assert not leaked_widgets, f"top-level widgets left open: {[type(w).__name__ for w in leaked_widgets]}"
     assert not leaked_threads, f"Python threads left running: {leaked_threads}"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """A fresh main window on a data folder of its own, nothing loaded; closed after."""
+    from specdesk.ui.main_window import MainWindow
+
+    w = MainWindow(tmp_path / "data", autoload=False)
+    w.show()
+    yield w
+    w.close()

@@ -13,6 +13,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from specdesk.ui.main_window import MainWindow
+from drive import load
 
 LOAD_TIMEOUT = 120_000
 CHECK_TIMEOUT = 60_000  # a dragged file's check, off the Qt thread (microseconds on an idle machine)
@@ -72,12 +73,6 @@ def drop(w, pos: QPoint, mime: QMimeData) -> QDropEvent:
 
 def leave(w) -> None:
     QCoreApplication.sendEvent(w.windowHandle(), QDragLeaveEvent())
-
-
-def load(qtbot, w, target, draft=None):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft) if draft else None)
-    assert blocker.args[0] is not None, w.error_banner.text()
 
 
 def dropped_and_loaded(qtbot, w, pos, mime):

@@ -11,40 +11,17 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
+from drive import ask, load
 from specdesk.ui.chat_view import PROVENANCE
-from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from synth.gemma4_assistant import write_pair  # noqa: E402
 
-LOAD_TIMEOUT = 120_000
-GEN_TIMEOUT = 300_000
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     return write_pair(tmp_path_factory.mktemp("gemma4"))
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def load(qtbot, w, target, draft):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft))
-    assert blocker.args[0] is not None, w.error_banner.text()
-
-
-def ask(qtbot, w, text):
-    with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT) as blocker:
-        assert w.send(text)
-    return blocker.args[0]
 
 
 def test_the_assistant_drafts_in_the_chat_with_its_own_colour(qtbot, window, pair):

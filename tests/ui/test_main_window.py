@@ -10,30 +10,10 @@ from PySide6.QtCore import QPoint
 
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings, SettingsDialog
+from drive import ask, load
 
 LOAD_TIMEOUT = 120_000
 GEN_TIMEOUT = 300_000
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def load(qtbot, w, target, draft):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft) if draft else None)
-    assert blocker.args[0] is not None, w.error_banner.text()
-    return blocker.args[0]
-
-
-def ask(qtbot, w, text, timeout=GEN_TIMEOUT):
-    with qtbot.waitSignal(w.generation_finished, timeout=timeout) as blocker:
-        assert w.send(text)
-    return blocker.args[0]
 
 
 def test_chat_shows_streamed_answer_provenance_stats_and_memory(qtbot, window, smol_path, smol_draft_path):

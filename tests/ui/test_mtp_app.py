@@ -4,44 +4,21 @@ and a target without heads greys the choice out with the reason."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
 from mtp_gguf import agreeing, no_heads
 from specdesk.ui.chat_view import PROVENANCE
-from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings, SettingsDialog
+from drive import ask, load
 
-LOAD_TIMEOUT = 120_000
-GEN_TIMEOUT = 300_000
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("mtp")
     return agreeing(d / "agree.gguf"), no_heads(d / "none.gguf")
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def load(qtbot, w, target):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), None)
-    assert blocker.args[0] is not None, w.error_banner.text()
-
-
-def ask(qtbot, w, text):
-    with qtbot.waitSignal(w.generation_finished, timeout=GEN_TIMEOUT) as blocker:
-        assert w.send(text)
-    return blocker.args[0]
 
 
 def test_the_heads_draft_in_the_chat_with_their_own_colour(qtbot, window, models):

@@ -80,8 +80,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_a_server_lost_under_an_answer_ends_it_and_the_window_loads_again(tmp_path, smol_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-    from test_rpc import free_port
+    from clirun import free_port
 
     port = free_port()
     server = subprocess.Popen([PY, "-m", "specdesk", "rpc-server", "--port", str(port), "--threads", "1"],

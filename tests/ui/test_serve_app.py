@@ -14,31 +14,12 @@ import pytest
 
 from specdesk.ui.main_window import MainWindow
 from specdesk.ui.settings import ChatSettings
+from drive import load
+from clirun import free_port
 
-LOAD_TIMEOUT = 120_000
 GEN_TIMEOUT = 300_000
 KEY = "ui-key"
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(tmp_path / "data", autoload=False)
-    w.show()
-    yield w
-    w.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def load(qtbot, w, target, draft):
-    with qtbot.waitSignal(w.models_changed, timeout=LOAD_TIMEOUT) as blocker:
-        w.load_models(Path(target), Path(draft) if draft else None)
-    assert blocker.args[0] is not None, w.error_banner.text()
 
 
 def serve(qtbot, w) -> openai.OpenAI:

@@ -35,13 +35,17 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
         parse_config("medusa")
 
 
-def test_the_app_offers_every_proposer_in_settings_and_compare():
-    from specdesk.ui.compare_tab import DEFAULT_ON, PRESET_CONFIGS
+def test_the_app_offers_every_proposer_in_settings_and_compare(qtbot):
+    from specdesk.ui.compare_tab import CompareTab
     from specdesk.ui.settings import PROPOSER_LABELS
 
+    tab = CompareTab(lambda: None)
+    qtbot.addWidget(tab)
+    PRESET_CONFIGS = list(tab.config_boxes)
+    DEFAULT_ON = {name for name, box in tab.config_boxes.items() if box.isChecked()}
     assert all(k.label for k in registry.KINDS)
     assert PROPOSER_LABELS == {n: registry.kind(n).label for n in registry.CHOICES}
-    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON <= set(PRESET_CONFIGS)
+    assert PRESET_CONFIGS == list(registry.PRESETS) and DEFAULT_ON == set(registry.CHECKED)
     # every proposer a user chooses has a preset on the Compare tab (none is the baseline;
     # translated is what draft presets run as on a pair of two vocabularies)
     offered = {c.split(":")[0] for c in PRESET_CONFIGS}

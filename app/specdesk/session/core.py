@@ -482,7 +482,8 @@ class Session:
             # what this session can draft with instead (the draft file's head, say), then what needs nothing
             loaded = [k.name for k in registry.KINDS if k.substitute and k.needs in self.sources
                       and self.sources[k.needs].refusal() is None]
-            return source_missing_text(config.proposer, kind.needs.name, loaded + list(registry.WITHOUT_DRAFT))
+            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file,
+                                       loaded + list(registry.WITHOUT_DRAFT))
         return src.refusal()
 
     def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:

@@ -31,6 +31,23 @@ def head_file(path: Path) -> HeadFile | None:
     return _HEADS.get(validate_gguf(path).architecture or "")
 
 
+def register_own(make: Callable[[Path], DraftSource], describe: Callable[[dict], list[tuple[str, str]]] | None = None,
+                 alone: Callable[[dict], str | None] | None = None) -> None:
+    """Add a kind of source a target's own file offers (a new kind of heads; a test's
+    fake one): ``make`` from the file, and what the library's summary says of it."""
+    global _OWN, _DESCRIBE, _ALONE
+    _OWN += (make,)
+    if describe is not None:
+        _DESCRIBE += (describe,)
+    if alone is not None:
+        _ALONE += (alone,)
+
+
+def unregister_own(make: Callable[[Path], DraftSource]) -> None:
+    global _OWN
+    _OWN = tuple(m for m in _OWN if m is not make)
+
+
 def own_sources(path: Path) -> list[DraftSource]:
     """The sources a target's own file offers (each says, with its refusal, whether it can draft)."""
     return [make(path) for make in _OWN]

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import Backend, common_prefix_length
 from ..sampling import SamplingParams, TopToken
-from .base import DRAFT, EMPTY_DRAFT, Budget, Draft, DraftTokens, row_reader
+from .base import DRAFT, EMPTY_DRAFT, Budget, Draft, DraftTokens, Source, row_reader
 
 
 def _unread(rows: np.ndarray) -> None:
@@ -34,10 +34,11 @@ class DraftModelProposer:
 
     drafts = True
 
-    def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75) -> None:
+    def __init__(self, ctx: Backend, n_vocab_target: int, p_min: float = 0.75, source: Source = DRAFT) -> None:
         if not 0.0 <= p_min < 1.0:
             raise ValueError(f"p-min must be in [0, 1), got {p_min}")
         self.ctx = ctx
+        self.source = source  # what its drafts carry: a draft model's, or another model source's
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
         # Logits are compared over the common range when the vocab sizes differ.
@@ -52,7 +53,7 @@ class DraftModelProposer:
         """Evaluate the prompt on the draft during the prompt phase (as the target
         does), unless the controller would not draft at all: then it stays lazy.
         Returns how many tokens it evaluated (a reused prefix is not evaluated)."""
-        if len(prompt) > 1 and budget(DRAFT, 1) > 0:
+        if len(prompt) > 1 and budget(self.source, 1) > 0:
             self.ctx.prefill(list(prompt[:-1]), logits=False)
             return self.ctx.last_prefill_evaluated
         return 0
@@ -62,7 +63,7 @@ class DraftModelProposer:
         return len(seq) - min(common_prefix_length(self.ctx.history, seq), len(seq) - 1)
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        k = budget(DRAFT, self.catch_up(seq))
+        k = budget(self.source, self.catch_up(seq))
         # The draft evaluates seq plus the k drafted tokens.
         k = min(k, self.ctx.n_ctx - len(seq))
         if k <= 0:
@@ -86,7 +87,7 @@ class DraftModelProposer:
             else:
                 steady += ctx.native_seconds - t0
                 n_steady += 1
-        return drafted.draft(DRAFT, synced=synced, steady=(steady, n_steady), reshape=reshape)
+        return drafted.draft(self.source, synced=synced, steady=(steady, n_steady), reshape=reshape)
 
     def reset(self) -> None:
         self.ctx.rollback(0)
