@@ -266,6 +266,12 @@ class Context:
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
         del self.history[n_past:]
 
+    def settle(self) -> None:
+        """Make llama.cpp's memory hold exactly the history now. Here every rollback is
+        applied at once, so there is nothing to do; a context that applies rollbacks at its
+        next decode must apply them here: another context that reads this one's memory
+        (a Gemma 4 assistant, sharing its KV cache) calls this before it decodes."""
+
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
                 fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:
         """Hold exactly ``tokens``: keep the longest common prefix with the history and

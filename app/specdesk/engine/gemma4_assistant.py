@@ -193,6 +193,9 @@ class Gemma4Assistant:
             raise SpecDeskError("the target's hidden states do not cover the sequence (activate the assistant first)")
         if n > self.n_ctx:
             raise ContextOverflowError(f"the context is full: {n} tokens do not fit in {self.n_ctx}")
+        self.target.settle()  # the cache it reads must hold the sequence now, not at the target's next decode
+        if llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self.target.ptr), 0) != n - 2:
+            raise SpecDeskError("the target's cache does not hold the sequence the assistant drafts after")
         self._p0 = n - 1
         return self._step(seq[-1], self._h[n - 2], fn)
 
