@@ -12,9 +12,12 @@ CONTROL = 3  # llama_token_type CONTROL
 __all__ = ["CHATML_TEMPLATE", "CONTROL", "add_vocab", "bpe_vocab"]
 
 
-def add_vocab(w: gguf.GGUFWriter) -> tuple[int, list[int]]:
-    """Write the vocabulary and its special tokens; return its size and the control tokens' ids."""
+def add_vocab(w: gguf.GGUFWriter, extra: int = 0) -> tuple[int, list[int]]:
+    """Write the vocabulary (with ``extra`` added tokens at its end: another vocabulary)
+    and its special tokens; return its size and the control tokens' ids."""
     tokens, types, merges = bpe_vocab()
+    tokens += [f"<extra_{i}>" for i in range(extra)]
+    types += [4] * extra  # USER_DEFINED
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)

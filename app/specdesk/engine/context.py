@@ -354,6 +354,14 @@ class Context:
             raise SpecDeskError(f"llama.cpp could not roll back to position {n_past}")
         del self.history[n_past:]
 
+    def settle(self) -> None:
+        """Make llama.cpp's memory hold exactly the history now. A plain KV cache applies
+        every rollback at once; a recurrent or sliding-window one (:mod:`.rollback`) at its
+        next decode, so here: another context that reads this one's memory (a Gemma 4
+        assistant, sharing its KV cache) calls this before it decodes."""
+        if self._guard is not None:
+            self._guard.sync()
+
     def prefill(self, tokens: Sequence[int], logits: bool = True, cancel: Callable[[], bool] | None = None,
                 fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T | None:
         """Hold exactly ``tokens``: keep the longest common prefix with the history and

@@ -41,6 +41,7 @@ from ..rules.vocab import (
 from ..errors import Cancelled, SpecDeskError
 from ..jsoncache import JsonCache
 from .gguf import validate_gguf, vocab_info_from_gguf
+from .gguf.gemma4 import is_assistant, pair_problem
 from .gguf.split import model_size
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,23 @@ def vocab_of(path: str | Path, cancel: Cancel | None = None) -> VocabInfo:
 
 
 def check_pair(target: str | Path, draft: str | Path, cancel: Cancel | None = None) -> Compatibility:
-    """The exact check: both vocabularies read, every rule applied in llama.cpp's order."""
-    return check_compatible(vocab_of(target, cancel), vocab_of(draft, cancel))
+    """The exact check: both vocabularies read, every rule applied in llama.cpp's order;
+    for a draft that is a head of its target (a Gemma 4 assistant), its fit to it too."""
+    return head_fit(target, draft, check_compatible(vocab_of(target, cancel), vocab_of(draft, cancel)))
+
+
+#: What a draft file that is a head of its target is, by architecture, in a few words.
+HEADS = {"gemma4-assistant": "a Gemma 4 assistant"}
+
+
+def head_fit(target: str | Path, draft: str | Path, res: Compatibility) -> Compatibility:
+    """``res`` (the vocabularies' answer), and, where ``draft`` is a head of its target,
+    whether it fits this one (a head never drafts translated: it reads the target's state)."""
+    d = validate_gguf(draft)
+    if not is_assistant(d) or not res.ok:
+        return res
+    why = pair_problem(validate_gguf(target), d)
+    return res if why is None else Compatibility(False, "head", f"{HEADS[d.architecture]} that does not fit: {why}")
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,7 @@ class DraftCandidate:
     rule: str = ""
     translated: bool = False
     cost_ratio: float | None = None
+    head: str = ""  # a head of its target rather than a model of its own ("a Gemma 4 assistant")
 
     @property
     def usable(self) -> bool:
@@ -175,7 +192,7 @@ class DraftCandidate:
         return {"path": str(self.path), "name": self.name, "size": self.size, "compatible": self.compatible,
                 "translated": self.translated, "kind": self.kind,
                 "cost_ratio": None if self.cost_ratio is None else round(self.cost_ratio, 4),
-                "reason": self.reason or None, "rule": self.rule or None}
+                "reason": self.reason or None, "rule": self.rule or None, "head": self.head or None}
 
 
 def drafts_for(
@@ -211,13 +228,16 @@ def drafts_for(
             out.append(DraftCandidate(p, name, 0, False, f"{p.name}: {e.strerror or e}", "unreadable"))
             continue
         ratio = size / tsize if tsize else None
+        head = HEADS.get(validate_gguf(p).architecture or "", "")
+        if head:
+            res = head_fit(target, p, res)
         reason = res.reason
         translated = False
-        if not res.ok:
+        if not res.ok and not head:
             translated = size < tsize
             reason = f"another vocabulary ({res.reason})" if translated else \
                 f"{res.reason}; as a translated draft it would not be smaller than the target"
-        out.append(DraftCandidate(p, name, size, res.ok, reason, res.rule, translated, ratio))
+        out.append(DraftCandidate(p, name, size, res.ok, reason, res.rule, translated, ratio, head))
     rank = {"same vocabulary": 0, "translated": 1, "unusable": 2}
     out.sort(key=lambda c: (rank[c.kind], c.size if c.usable else 0, c.name.lower()))
     return out

@@ -37,8 +37,8 @@ from ..speculative.stats import Stats
 from . import costcache, remote, rollback, warmup
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
-from .source_table import load_options, own_sources
-from .sources import DraftModel, DraftSource, Missing
+from .source_table import head_file, load_options, own_sources
+from .sources import DraftModel, DraftSource, HeadFile, Missing
 from .text import instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,10 @@ class LoadedModel:
 
 
 def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: float, hi: float,
-              placement: remote.Placement | None = None, where: str = "", options: dict | None = None) -> LoadedModel:
-    """Load one model (``options``: what its own draft sources need of the load)."""
+              placement: remote.Placement | None = None, where: str = "", options: dict | None = None,
+              context: Callable | None = None) -> LoadedModel:
+    """Load one model (``options``: what its own draft sources need of the load;
+    ``context(model)``: its context, where it is not a plain one: a head's)."""
     spec = replace(spec, path=check_model_file(spec.path))  # a split model loads from its first part
     cb = None
     if progress is not None:
@@ -161,11 +163,27 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
                       tensor_split=list(placement.tensor_split or ()) or None, rpc_endpoints=placement.rpc_endpoints,
                       repack=repack, **(options or {}))
     try:
-        ctx = Context(model, n_ctx=spec.n_ctx, threads=spec.threads, **rollback.context_options(spec.path, role))
+        ctx = (Context(model, n_ctx=spec.n_ctx, threads=spec.threads, **rollback.context_options(spec.path, role))
+               if context is None else context(model))
     except BaseException:
         model.close()
         raise
     return LoadedModel(role, spec, model, ctx, where)
+
+
+def check_head(target: Path, draft: Path | None) -> HeadFile | None:
+    """What the draft file is where it is a head of its target (a Gemma 4 assistant), its
+    fit to the target checked from the two files before llama.cpp sees them (one line,
+    IncompatibleDraftError); None for a draft model. A head as the target is refused."""
+    if head_file(target) is not None:
+        raise IncompatibleDraftError(f"{target.name} is {head_file(target).what}, a head of another model: "
+                                     "load it as the draft (--draft) of the target it belongs to")
+    head = head_file(draft) if draft is not None else None
+    if head is not None:
+        why = head.check(target, draft)
+        if why:
+            raise IncompatibleDraftError(f"{draft.name} ({head.what}) does not fit {target.name}: {why}")
+    return head
 
 
 def weights_to_repack(path: Path, n_gpu_layers: int) -> list[str]:
@@ -195,9 +213,10 @@ class Session:
         self.draft = draft  # the draft file, loaded (a draft model, or a head)
         self.compat = compat
         # what the proposers draft with, by need (session/sources.py): the draft file's
-        # source, the target's own MTP heads, ...; a need without one is Missing
+        # source (a draft model, or a head's among ``sources``), the target's own MTP
+        # heads, ...; a need without one is Missing
         self.sources: dict[Need, DraftSource] = {}
-        if draft is not None:
+        if draft is not None and not any(src.need.in_draft_file for src in sources):
             self.sources[DRAFT_MODEL] = DraftModel(DRAFT_MODEL, draft, target, compat)
         for src in sources:
             self.sources[src.need] = src
@@ -303,6 +322,7 @@ class Session:
         target = replace(target, path=check_model_file(target.path))
         if draft is not None:
             draft = replace(draft, path=check_model_file(draft.path))
+        head = check_head(target.path, draft.path if draft is not None else None)
         if placement is None:
             placement = plan_target(target)
         if offload is None:
@@ -316,21 +336,25 @@ class Session:
         split = sizes[0] / max(1, sum(sizes))
         own = own_sources(target.path)
         t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, wheres[0], load_options(own))
+        sources = [src.attach(t) for src in own]
         try:
             d = None
             compat = None
             if draft is not None:
-                d = _load_one("draft", draft, progress, split, 1.0, where=wheres[1])
+                make = None if head is None else (lambda model: head.context(model, t))
+                d = _load_one("draft", draft, progress, split, 1.0, where=wheres[1], context=make)
                 compat = check_compatible(t.model.vocab_info(), d.model.vocab_info())
-                if not compat and not translate:
+                if not compat and (head is not None or not translate):
                     d.close()
                     raise IncompatibleDraftError(
                         f"draft {draft.path.name} is incompatible with target {target.path.name}: {compat.reason}"
                     )
+                if head is not None:
+                    sources.append(head.source(d, t))
         except BaseException:
             t.close()
             raise
-        session = cls(t, d, compat, [src.attach(t) for src in own])
+        session = cls(t, d, compat, sources)
         if remember_costs:
             session.remember_costs()
         return session
@@ -463,7 +487,11 @@ class Session:
             return None
         src = self.sources.get(kind.needs)
         if src is None:
-            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file, registry.WITHOUT_DRAFT)
+            # what this session can draft with instead (the draft file's head, say), then what needs nothing
+            loaded = [k.name for k in registry.KINDS if k.substitute and k.needs in self.sources
+                      and self.sources[k.needs].refusal() is None]
+            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file,
+                                       loaded + list(registry.WITHOUT_DRAFT))
         return src.refusal()
 
     def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:

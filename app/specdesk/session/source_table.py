@@ -9,15 +9,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import mtp
-from .sources import DraftSource
+from ..library.gguf import validate_gguf
+from . import gemma4, mtp
+from .sources import DraftSource, HeadFile
 
 #: The target's own sources, each made from its (validated) file before the load.
 _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
 #: What a library summary of a file says of each kind of source, as (label, text) rows.
-_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe,)
+_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe, gemma4.describe)
 #: What drafts for a target with no draft file, in a few words (None: nothing of its own).
 _ALONE: tuple[Callable[[dict], str | None], ...] = (mtp.drafts_alone,)
+
+
+#: The draft files that are heads of their target, by architecture.
+_HEADS: dict[str, HeadFile] = {gemma4.HEAD.arch: gemma4.HEAD}
+
+
+def head_file(path: Path) -> HeadFile | None:
+    """What the (validated) draft file ``path`` is, where it is a head of its target
+    rather than a model of its own; None for a draft model."""
+    return _HEADS.get(validate_gguf(path).architecture or "")
 
 
 def register_own(make: Callable[[Path], DraftSource], describe: Callable[[dict], list[tuple[str, str]]] | None = None,

@@ -16,7 +16,8 @@ beside it: no front end changes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from ..engine.rollback import RollbackCosts
 from ..engine.tokenizer import ModelTokenizer
@@ -78,6 +79,21 @@ class DraftSource(Protocol):
         that cost so far; None where it drops positions itself (session/rollback.py)."""
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class HeadFile:
+    """A kind of draft file that is a head of its target rather than a model of its own
+    (a Gemma 4 assistant): ``check`` says why a pair does not fit, in a few words (None
+    when it does), from the two files alone, before llama.cpp sees them; ``context``
+    makes the head's context beside the loaded target's; ``source`` is the source made
+    of the loaded head (its LoadedModel, whose ``ctx`` that context is) and target."""
+
+    arch: str
+    what: str  # the file, in a few words ("a Gemma 4 assistant")
+    check: Callable
+    context: Callable
+    source: Callable
 
 
 class Missing:

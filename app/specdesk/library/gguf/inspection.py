@@ -15,6 +15,7 @@ import gguf
 from .arrays import GGUFArray, StringArray
 from .estimate import estimate_memory, md_int
 from .hybrid import recurrent_shape
+from .gemma4 import TARGET as GEMMA4, is_assistant
 from .mtp import mtp_heads
 from .split import merged, read_model
 from .rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES, K
@@ -86,6 +87,9 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         "mtp_problem": mtp.problem if mtp.heads else None,
         # how it rolls back as a target and as a draft (specdesk.rules.rollback), with its state's size
         "rollback": rollback_summary(g),
+        # a Gemma 4 assistant: the target it drafts for (its architecture and width, the window it reads)
+        "assistant": {"target_architecture": GEMMA4, "target_width": md_int(g, key(K.LLM.EMBEDDING_LENGTH_OUT)),
+                      "window": md_int(g, key(K.Attention.SLIDING_WINDOW))} if is_assistant(g) else None,
     }
 
 

@@ -15,8 +15,9 @@ a glm4moe block that ``leading_dense_block_count`` makes dense aborts on
 from __future__ import annotations
 
 from ...errors import ModelFileError
-from ...rules.mtp import NEXTN_TENSORS, MtpSupport, mtp_block_problem, mtp_model_problem, mtp_support, nextn_blocks
+from ...rules.mtp import NEXTN_TENSORS, NO_HEADS, MtpSupport, mtp_block_problem, mtp_model_problem, mtp_support, nextn_blocks
 from .estimate import md_int
+from .gemma4 import is_assistant
 from .header import GGUFFile
 from .rules import K
 from .text import label as _label
@@ -26,6 +27,8 @@ from .text import show as _show
 def mtp_heads(g: GGUFFile) -> MtpSupport:
     """The NextN heads ``{arch}.nextn_predict_layers`` declares, and whether they can draft."""
     arch = g.architecture or ""
+    if is_assistant(g):  # its NextN blocks draft for another model (session/gemma4.py), not for a trunk of its own
+        return MtpSupport(arch, 0, NO_HEADS)
     heads = md_int(g, K.LLM.NEXTN_PREDICT_LAYERS.format(arch=arch)) or 0
     n_layer_all = md_int(g, K.LLM.BLOCK_COUNT.format(arch=arch)) or 0
     return mtp_support(arch, heads, n_layer_all)

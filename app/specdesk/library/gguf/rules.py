@@ -15,7 +15,10 @@ from .spec import VT
 #: Architectures llama.cpp can load as a main model. gguf-py's MODEL_ARCH_NAMES mirrors
 #: llama.cpp's LLM_ARCH_NAMES; "clip" is only a vision projector ("CLIP cannot be used
 #: as main model"). The agreement test checks every name against the installed libllama.
-SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}
+#: Architectures llama-cpp-python 0.3.36's llama.cpp loads (src/llama-arch.cpp) that the gguf package pinned
+#: beside it does not name yet.
+NEWER_ARCHITECTURES = frozenset({"gemma4-assistant"})
+SUPPORTED_ARCHITECTURES: frozenset[str] = (frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}) | NEWER_ARCHITECTURES
 
 #: Recurrent architectures (llama.cpp's llm_arch_is_recurrent): their state is not a
 #: KV cache of positions, so llama_memory_seq_rm cannot drop the last few positions.
@@ -34,6 +37,9 @@ CHECKED_RECURRENT_ARCHITECTURES = frozenset({"qwen35"})
 #: roll back (snapshots, or checkpoints of its state: rules.rollback), but a malformed
 #: file of one aborts llama.cpp where SpecDesk does not check its tensors first.
 REFUSED_RECURRENT_ARCHITECTURES = (RECURRENT_ARCHITECTURES | HYBRID_ARCHITECTURES) - CHECKED_RECURRENT_ARCHITECTURES
+#: Files of heads that run on another model's states (a Gemma 4 assistant: every block a
+#: NextN block, llama.cpp's graph for it runs no trunk of its own).
+HEAD_ARCHITECTURES = frozenset({"gemma4-assistant"})
 
 #: tokenizer.ggml.model values llama.cpp knows ("unknown tokenizer" otherwise).
 TOKENIZER_MODELS = frozenset({"no_vocab", "none", "llama", "bert", "gpt2", "t5", "rwkv", "plamo2"})
@@ -186,6 +192,13 @@ ARCH_KEY_TYPES: dict[str, str] = {
     K.Rope.SCALING_ORIG_CTX_LEN: "u32",
     K.Rope.SCALING_FINETUNED: "bool",
     K.Rope.SCALING_YARN_LOG_MUL: "f32",
+    # the sliding-window models' (Gemma 4) and their assistants'
+    K.Attention.KEY_LENGTH_SWA: "u32",
+    K.Attention.VALUE_LENGTH_SWA: "u32",
+    K.Attention.SHARED_KV_LAYERS: "u32",
+    K.Rope.DIMENSION_COUNT_SWA: "u32",
+    K.LLM.EMBEDDING_LENGTH_OUT: "u32",
+    K.LLM.EMBD_LENGTH_PER_LAYER_INP: "u32",
 }
 
 # Architecture-specific keys llama.cpp requires (get_key without "required = false").
@@ -193,6 +206,11 @@ ARCH_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "llama": (K.Attention.LAYERNORM_RMS_EPS,),
     "qwen2": (K.Attention.LAYERNORM_RMS_EPS,),
     "qwen35": (K.Attention.LAYERNORM_RMS_EPS,),
+    # src/models/gemma4.cpp, gemma4-assistant.cpp (their sliding-window pattern: library/gguf/gemma4.py)
+    "gemma4": (K.Attention.LAYERNORM_RMS_EPS, K.Attention.SLIDING_WINDOW, K.Attention.KEY_LENGTH_SWA,
+               K.Attention.VALUE_LENGTH_SWA, K.LLM.EMBD_LENGTH_PER_LAYER_INP),
+    "gemma4-assistant": (K.Attention.LAYERNORM_RMS_EPS, K.Attention.SLIDING_WINDOW, K.Attention.KEY_LENGTH_SWA,
+                         K.Attention.VALUE_LENGTH_SWA, K.LLM.EMBEDDING_LENGTH_OUT),
 }
 
 INT_ARRAY_TYPES = (VT.INT32, VT.UINT32)

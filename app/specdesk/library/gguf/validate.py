@@ -30,6 +30,7 @@ from pathlib import Path
 from ...errors import Cancelled, ModelFileError
 from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
+from .gemma4 import CHECKS as GEMMA4_CHECKS
 from .header import GGUFFile, TensorInfo
 from .hybrid import CHECKED_HYBRIDS, check_layout
 from .split import merged, read_model, split_parts
@@ -38,6 +39,7 @@ from .rules import (
     ARCH_REQUIRED_KEYS,
     BPE_PRE_TOKENIZERS,
     EMBD_SHAPE_EXEMPT,
+    HEAD_ARCHITECTURES,
     EXACT_LAYOUT_ARCHS,
     EXPERTS_ASSERTED,
     GENERAL_KEY_TYPES,
@@ -172,6 +174,7 @@ class _Validator:
         self.check_graph_asserts()
         self.check_vocab()
         self.check_tensors()
+        self.check_architecture_rules()
 
     def check_layout(self, g: GGUFFile) -> None:
         """llama.cpp requires tensor data in header order, each padded to the alignment
@@ -244,7 +247,7 @@ class _Validator:
         nextn = self.md.get(self.key(K.LLM.NEXTN_PREDICT_LAYERS))
         if isinstance(nextn, int) and nextn > self.n_layer:  # llama.cpp asserts it at every load: an abort
             raise self.fail(f"{self.key(K.LLM.NEXTN_PREDICT_LAYERS)} is {nextn}, more than the {self.n_layer} blocks")
-        if isinstance(nextn, int) and nextn == self.n_layer:  # a trunk of no layers: llama.cpp crashes running it
+        if isinstance(nextn, int) and nextn == self.n_layer and self.arch not in HEAD_ARCHITECTURES:  # a trunk of no layers: llama.cpp crashes running it
             raise self.fail(f"{self.key(K.LLM.NEXTN_PREDICT_LAYERS)} is {nextn}: all its blocks are MTP heads and it "
                             "has no trunk to run (a file of heads alone, for another model's trunk?)")
         self.nextn = nextn if isinstance(nextn, int) else 0
@@ -380,6 +383,14 @@ class _Validator:
             self.check_exact_layout(names)
         if self.arch in CHECKED_HYBRIDS:
             check_layout(self, names)
+
+    def check_architecture_rules(self) -> None:
+        """What one architecture's loader and graph assert beyond the checks above (an
+        abort where broken): Gemma 4's sliding-window layers (library/gguf/gemma4.py)."""
+        check = GEMMA4_CHECKS.get(self.arch)
+        problem = check(self.g) if check is not None else None
+        if problem:
+            raise self.fail(problem)
 
     def expected_tensors(self) -> dict[str, tuple[tuple[int, ...], bool]]:
         """name -> (shape, required) of the tensors llama.cpp creates for llama/qwen2."""

@@ -2,6 +2,7 @@
 
 from .base import EMPTY_DRAFT, Budget, Draft, Proposer, Source, lookup_sources, model_sources, register_source
 from .draft_model import DraftModelProposer
+from .gemma4_assistant import AssistantBackend, Gemma4AssistantProposer
 from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
 from .mtp import MtpBackend, MtpProposer
@@ -22,6 +23,8 @@ __all__ = [
     "Budget",
     "Draft",
     "DraftModelProposer",
+    "AssistantBackend",
+    "Gemma4AssistantProposer",
     "HybridProposer",
     "MtpBackend",
     "MtpProposer",

@@ -53,6 +53,8 @@ class Need:
 DRAFT_MODEL = Need("draft model")
 #: The target's own multi-token-prediction (NextN) heads, from the target's file.
 MTP_HEADS = Need("MTP heads", in_draft_file=False)
+#: A Gemma 4 assistant (a ``gemma4-assistant`` GGUF as the draft file): it shares the target's KV cache.
+GEMMA4_ASSISTANT = Need("Gemma 4 assistant")
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,10 @@ def _mtp(parts: Parts) -> Proposer:
     return parts.source(MTP_HEADS)
 
 
+def _gemma4_assistant(parts: Parts) -> Proposer:
+    return parts.source(GEMMA4_ASSISTANT)
+
+
 KINDS: tuple[ProposerKind, ...] = (
     ProposerKind(
         "draft", label="Draft model", build=_draft, sources=("draft",), needs=DRAFT_MODEL, default=True,
@@ -155,6 +161,11 @@ KINDS: tuple[ProposerKind, ...] = (
     ),
     ProposerKind(
         "mtp", label="The model's own MTP heads (no draft model)", build=_mtp, sources=("mtp",), needs=MTP_HEADS,
+        presets=(Preset("k=4"), Preset("auto")),
+    ),
+    ProposerKind(
+        "gemma4-assistant", label="A Gemma 4 assistant (the draft file; it shares the target's cache)",
+        build=_gemma4_assistant, sources=("gemma4-assistant",), needs=GEMMA4_ASSISTANT,
         presets=(Preset("k=4"), Preset("auto")),
     ),
     ProposerKind("none", label="None (target alone)", build=lambda parts: NoProposer(), baseline=True),
