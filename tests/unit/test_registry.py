@@ -2,12 +2,20 @@
 
 import pytest
 
+from fake_heads import FakeBlockHead
 from fake_mtp import FakeHeads
 from fakes import FakeBackend, FakeModel
 from specdesk.bench.configs import ConfigError, parse_config, parse_configs, proposer_of, resolve_configs, split_name
 from specdesk.cli import build_parser
 from specdesk.session import GenerationConfig
-from specdesk.speculative.proposers import DraftModelProposer, HistoryProposer, MtpProposer, registry
+from specdesk.speculative.proposers import (
+    DFlashProposer,
+    DraftModelProposer,
+    Eagle3Proposer,
+    HistoryProposer,
+    MtpProposer,
+    registry,
+)
 
 
 def _cli_choices(command: str) -> list[str]:
@@ -27,7 +35,7 @@ def test_the_bench_parses_every_proposer_and_names_it_as_the_registry_does():
         assert c.proposer == name
         assert c.needs_draft == registry.kind(name).needs_draft == GenerationConfig(proposer=name).needs_draft
         assert c.generation(GenerationConfig().sampling, 8, 0).proposer == name
-    with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, mtp, none"):
+    with pytest.raises(ConfigError, match="one of draft, translated, ngram, ngram\\+history, hybrid, mtp, eagle3, dflash, none"):
         parse_config("medusa")
 
 
@@ -52,7 +60,9 @@ def test_each_row_builds_a_proposer_that_drafts_from_its_sources():
     t = FakeBackend(FakeModel(n_vocab=8))
     d = FakeBackend(FakeModel(n_vocab=8, seed=1))
     made = {registry.DRAFT_MODEL: lambda: DraftModelProposer(d, 8),
-            registry.MTP_HEADS: lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8)}
+            registry.MTP_HEADS: lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8),
+            registry.EAGLE3_HEAD: lambda: Eagle3Proposer(FakeHeads(FakeModel(n_vocab=8)), 8),
+            registry.DFLASH_HEAD: lambda: DFlashProposer(FakeBlockHead(FakeModel(n_vocab=8)), 8)}
     asked = []
 
     def sources(need):

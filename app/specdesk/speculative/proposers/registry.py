@@ -53,6 +53,10 @@ class Need:
 DRAFT_MODEL = Need("draft model")
 #: The target's own multi-token-prediction (NextN) heads, from the target's file.
 MTP_HEADS = Need("MTP heads", in_draft_file=False)
+#: An EAGLE-3 head (a draft file of architecture eagle3) reading the target's layers.
+EAGLE3_HEAD = Need("EAGLE-3 head")
+#: A DFlash head (a draft file of architecture dflash) reading the target's layers.
+DFLASH_HEAD = Need("DFlash head")
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,16 @@ KINDS: tuple[ProposerKind, ...] = (
     ProposerKind(
         "mtp", label="The model's own MTP heads (no draft model)", build=_mtp, sources=("mtp",), needs=MTP_HEADS,
         presets=(Preset("k=4"), Preset("auto")),
+    ),
+    ProposerKind(
+        "eagle3", label="EAGLE-3 head (a draft file reading the target's layers)",
+        build=lambda parts: parts.source(EAGLE3_HEAD), sources=("eagle3",), needs=EAGLE3_HEAD,
+        presets=(Preset("k=3", checked=True), Preset("auto", checked=True)),
+    ),
+    ProposerKind(
+        "dflash", label="DFlash head (a draft file drafting a block at once)",
+        build=lambda parts: parts.source(DFLASH_HEAD), sources=("dflash",), needs=DFLASH_HEAD,
+        presets=(Preset("k=3", checked=True), Preset("auto", checked=True)),
     ),
     ProposerKind("none", label="None (target alone)", build=lambda parts: NoProposer(), baseline=True),
 )
