@@ -126,6 +126,10 @@ class _HeadContext:
     def n_ctx(self) -> int:
         return self._n_ctx
 
+    @property
+    def threads(self) -> int:
+        return self.target.threads
+
     def _need_features(self, a: int, b: int, tokens: Sequence[int]) -> np.ndarray:
         if not self.features.covers(a, b, tokens):
             raise SpecDeskError("the target's layer inputs do not cover the sequence (activate the head first)")

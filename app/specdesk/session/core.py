@@ -34,12 +34,12 @@ from ..speculative.decoder import Step, speculate
 from ..speculative.proposers import HistoryProposer, Proposer, registry
 from ..speculative.proposers.registry import DRAFT_MODEL, Need
 from ..speculative.stats import Stats
-from . import costcache, remote
+from . import costcache, heads, remote
 from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .source_table import load_options, own_sources
 from .sources import DraftModel, DraftSource, Missing, warm_up_context
-from .text import instead_text, source_missing_text
+from .text import head_refusal_text, instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,16 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
     return LoadedModel(role, spec, model, ctx, where)
 
 
+def _check_head_pair(target: Path, draft: Path) -> "heads.HeadInfo | None":
+    """When the draft file is a head (EAGLE-3, DFlash): the pair's rules, from both
+    headers, before either model loads; None for a draft model. A head named as the
+    target is refused."""
+    if heads.head_of_file(target) is not None:
+        raise SpecDeskError(f"{target.name} is a draft head: load it as the draft of the target it reads")
+    info = heads.head_of_file(draft)
+    return heads.check_pair_files(target, draft, info) if info is not None else None
+
+
 def weights_to_repack(path: Path, n_gpu_layers: int) -> list[str]:
     """The weights to name for llama.cpp's CPU_REPACK buffer: only where this build's
     extra buffers are off (an AMX build, :func:`specdesk.engine.model.amx_compiled`);
@@ -194,7 +204,7 @@ class Session:
         # what the proposers draft with, by need (session/sources.py): the draft file's
         # source, the target's own MTP heads, ...; a need without one is Missing
         self.sources: dict[Need, DraftSource] = {}
-        if draft is not None:
+        if draft is not None and not any(src.need.in_draft_file for src in sources):  # (a head is the file's source)
             self.sources[DRAFT_MODEL] = DraftModel(DRAFT_MODEL, draft, target, compat)
         for src in sources:
             self.sources[src.need] = src
@@ -308,11 +318,17 @@ class Session:
         sizes = [model_size(target.path), model_size(draft.path) if draft else 0]
         split = sizes[0] / max(1, sum(sizes))
         own = own_sources(target.path)
+        head = _check_head_pair(target.path, draft.path) if draft is not None else None
         t = _load_one("target", target, progress, 0.0, split if draft else 1.0, placement, wheres[0], load_options(own))
         try:
             d = None
             compat = None
-            if draft is not None:
+            if head is not None:
+                cb = (lambda p: progress(f"loading draft head {draft.path.name}", split + (1 - split) * p)) if progress else None
+                src = heads.DraftHead.load(head, draft, t, LoadedModel, cb)
+                own.append(src)
+                d = src.loaded
+            elif draft is not None:
                 d = _load_one("draft", draft, progress, split, 1.0, where=wheres[1])
                 compat = check_compatible(t.model.vocab_info(), d.model.vocab_info())
                 if not compat and not translate:
@@ -456,6 +472,9 @@ class Session:
             return None
         src = self.sources.get(kind.needs)
         if src is None:
+            head = next((h for h in self.sources.values() if isinstance(h, heads.DraftHead)), None)
+            if head is not None and kind.needs.in_draft_file:
+                return head_refusal_text(head.info.a_label, config.proposer, registry.drafting_with(head.need))
             return source_missing_text(config.proposer, kind.needs.name, registry.WITHOUT_DRAFT)
         return src.refusal()
 

@@ -40,6 +40,13 @@ def missing_source_text(need: str) -> str:
     return f"no {need} is loaded"
 
 
+def head_refusal_text(a_head: str, proposer: str, instead: str) -> str:
+    """Why ``proposer`` cannot run when the draft file is a head (``a_head``: "an
+    EAGLE-3"), which ``instead`` drafts with."""
+    return (f"the draft file is {a_head} head, not a draft model: the {proposer} proposer cannot draft with it; "
+            f"use --proposer {instead}")
+
+
 def source_missing_text(proposer: str, need: str, without: Sequence[str]) -> str:
     """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded."""
     return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"

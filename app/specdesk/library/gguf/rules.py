@@ -16,6 +16,10 @@ from .spec import VT
 #: llama.cpp's LLM_ARCH_NAMES; "clip" is only a vision projector ("CLIP cannot be used
 #: as main model"). The agreement test checks every name against the installed libllama.
 SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}
+#: Draft heads that read a target's layers (library.gguf.heads): llama.cpp loads them
+#: (as draft models only), and the gguf package SpecDesk pins does not name them yet.
+HEAD_ARCHITECTURES = frozenset({"eagle3", "dflash"})
+SUPPORTED_ARCHITECTURES |= HEAD_ARCHITECTURES
 
 #: Recurrent architectures (llama.cpp's llm_arch_is_recurrent): their state is not a
 #: KV cache of positions, so llama_memory_seq_rm cannot drop the last few positions.
