@@ -225,7 +225,7 @@ class Eagle3Heads(_HeadContext):
         out = np.empty((b - a, self.n_embd), dtype=np.float32)
         for s in range(0, b - a, self._n_batch):
             e = min(b - a, s + self._n_batch)
-            self._run(e - s, a + s, feats[s:e], None, None, encode=True)
+            self._run(e - s, a + s, feats[s:e], None, slice(0, None), encode=True)  # (an encoder outputs every row)
             ptr = self._api.llama_get_embeddings_nextn(self._ctx)
             if not ptr:
                 raise SpecDeskError("the EAGLE-3 head's encoder gave no output")

@@ -38,9 +38,10 @@ from ..rules.vocab import (
     check_compatible,
     check_header,
 )
-from ..errors import Cancelled, SpecDeskError
+from ..errors import Cancelled, ModelFileError, SpecDeskError
 from ..jsoncache import JsonCache
 from .gguf import validate_gguf, vocab_info_from_gguf
+from .gguf.heads import HEAD_NAMES, check_head_pair, head_kind
 from .gguf.split import model_size
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,9 @@ class DraftCandidate:
     rule: str = ""
     translated: bool = False
     cost_ratio: float | None = None
+    #: a draft head (EAGLE-3, DFlash): what it is and which target it reads, in a line ("" for a draft model)
+    head: str = ""
+    head_label: str = ""  # "EAGLE-3 head", "DFlash head"
 
     @property
     def usable(self) -> bool:
@@ -173,9 +177,23 @@ class DraftCandidate:
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "name": self.name, "size": self.size, "compatible": self.compatible,
-                "translated": self.translated, "kind": self.kind,
+                "translated": self.translated, "kind": self.kind, "head": self.head or None,
                 "cost_ratio": None if self.cost_ratio is None else round(self.cost_ratio, 4),
                 "reason": self.reason or None, "rule": self.rule or None}
+
+
+def _head_for(target: str | Path, draft: Path) -> tuple[bool, str, str] | None:
+    """For a draft head: (whether it fits ``target``, what it is or why not, its kind's
+    label); None for a draft model."""
+    g = validate_gguf(draft)
+    kind = head_kind(g)
+    if kind is None:
+        return None
+    label = f"{HEAD_NAMES[kind]} head"
+    try:
+        return True, check_head_pair(g, validate_gguf(target)).describe(), label
+    except ModelFileError as e:
+        return False, str(e), label
 
 
 def drafts_for(
@@ -211,6 +229,13 @@ def drafts_for(
             out.append(DraftCandidate(p, name, 0, False, f"{p.name}: {e.strerror or e}", "unreadable"))
             continue
         ratio = size / tsize if tsize else None
+        head = _head_for(target, p)
+        if head is not None:  # a head fits its own target only, in its vocabulary: never translated
+            ok, what, label = head
+            out.append(DraftCandidate(p, name, size, ok and res.ok, "" if ok and res.ok else (res.reason or what),
+                                      res.rule or ("" if ok else "head"), cost_ratio=ratio, head=what if ok else "",
+                                      head_label=label))
+            continue
         reason = res.reason
         translated = False
         if not res.ok:

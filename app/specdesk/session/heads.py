@@ -129,4 +129,12 @@ class DraftHead:
         self.loaded.close()
 
 
-__all__ = ["DraftHead", "KINDS", "check_pair_files", "head_of_file"]
+def describe(info: dict) -> list[tuple[str, str]]:
+    """What a file's summary (the library's) says when the file is a draft head."""
+    if not info.get("head"):
+        return []
+    problem = info.get("head_problem")
+    return [("Draft head", f"{info['head']}, unusable: {problem}" if problem else info["head"])]
+
+
+__all__ = ["describe", "DraftHead", "KINDS", "check_pair_files", "head_of_file"]

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import mtp
+from . import heads, mtp
 from .sources import DraftSource
 
 #: The target's own sources, each made from its (validated) file before the load.
 _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
 #: What a library summary of a file says of each kind of source, as (label, text) rows.
-_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe,)
+_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe, heads.describe)
 #: What drafts for a target with no draft file, in a few words (None: nothing of its own).
 _ALONE: tuple[Callable[[dict], str | None], ...] = (mtp.drafts_alone,)
 

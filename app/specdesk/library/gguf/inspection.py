@@ -13,7 +13,10 @@ import os
 import gguf
 
 from .arrays import GGUFArray, StringArray
+from ...errors import ModelFileError
 from .estimate import estimate_memory, md_int
+from .header import GGUFFile
+from .heads import HEAD_NAMES, check_head, head_kind
 from .mtp import mtp_heads
 from .split import merged, read_model
 from .rules import K
@@ -82,4 +85,15 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         # multi-token-prediction (NextN) heads, and why they cannot draft (specdesk.rules.mtp), if so
         "mtp_heads": mtp.heads,
         "mtp_problem": mtp.problem if mtp.heads else None,
+        # a draft head (EAGLE-3, DFlash): what it is and which target it reads, or why it cannot draft
+        **_head(g),
     }
+
+
+def _head(g: GGUFFile) -> dict:
+    if head_kind(g) is None:
+        return {"head": None, "head_problem": None}
+    try:
+        return {"head": check_head(g).describe(), "head_problem": None}
+    except ModelFileError as e:
+        return {"head": HEAD_NAMES[head_kind(g)] + " draft head", "head_problem": str(e)}
