@@ -118,7 +118,7 @@ def test_compare_and_bench_report_the_heads_with_intervals(pairs, tmp_path):
     suite = tmp_path / "p.txt"
     suite.write_text("the of and to\nin is that it\n")
     target, head = pairs["dflash", "agree"]
-    b = cli("bench", "--target", target, "--draft", head, "--ctx", "512", "--threads", "2", "--suite", suite,
+    b = cli("bench", "--target", target, "--draft", head, "--ctx", "2048", "--threads", "2", "--suite", suite,
             "--configs", "none,dflash:k=3,dflash:auto", "--repeats", "2", "--max-tokens", "16", "--out", tmp_path / "out")
     assert b.returncode == 0, b.stderr
     res = json.loads((tmp_path / "out" / "report.json").read_text())
