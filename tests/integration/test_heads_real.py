@@ -48,8 +48,8 @@ def agreeing(request, pairs):
 def test_t0_is_identical_to_the_target_alone_and_agreeing_heads_are_accepted(agreeing):
     kind, s = agreeing
     drafted = accepted = 0
-    for text in PROMPTS:
-        prompt = s.raw_prompt(text)
+    for i, text in enumerate(PROMPTS):  # raw text, and chats (their template's control tokens in the history)
+        prompt = s.chat_prompt([{"role": "user", "content": text}]) if i % 2 else s.raw_prompt(text)
         alone = s.run(prompt, GenerationConfig(proposer="none", max_tokens=24))
         spec = s.run(prompt, GenerationConfig(proposer=kind, k=3, max_tokens=24))
         assert spec.tokens == alone.tokens, text

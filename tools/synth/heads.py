@@ -46,7 +46,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .head_vocab import write_vocab
+from .head_vocab import MASK_ID, write_vocab
 
 MODES = ("agree", "features", "random")
 
@@ -80,15 +80,17 @@ class HeadSpec:
 # -- the target --------------------------------------------------------------------------------------
 
 
-def _embeddings(s: HeadSpec, n_vocab: int, control: list[int], rng: np.random.Generator) -> np.ndarray:
-    """[r(x); c] for every token, rms 1: r of length sqrt(e - c^2), zero for control tokens."""
+def _embeddings(s: HeadSpec, n_vocab: int, rng: np.random.Generator) -> np.ndarray:
+    """[r(x); c] for every token, rms 1 (so that a normed embedding's constant coordinate
+    is c for every token a head attends to), r of length sqrt(e - c^2); the mask token's
+    r is zero (a DFlash block's masks carry no value)."""
     e = s.n_embd
     r = rng.standard_normal((n_vocab, e - 1), dtype=np.float32)
     r /= np.linalg.norm(r, axis=1, keepdims=True)
     r *= np.float32(np.sqrt(e - s.const**2))
-    r[control] = 0.0
+    r[MASK_ID] = 0.0
     emb = np.concatenate([r, np.full((n_vocab, 1), s.const, np.float32)], axis=1)
-    emb[control, -1] = np.float32(np.sqrt(e))  # still rms 1
+    emb[MASK_ID, -1] = np.float32(np.sqrt(e))  # still rms 1
     return emb
 
 
@@ -164,7 +166,7 @@ def write_target(path: Path, s: HeadSpec = HeadSpec()) -> tuple[np.ndarray, np.n
     w.w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if s.dtype == "f16" else gguf.LlamaFileType.ALL_F32)
     n_vocab, control = write_vocab(w.w)
     w.w.add_vocab_size(n_vocab)
-    emb = _embeddings(s, n_vocab, control, rng)
+    emb = _embeddings(s, n_vocab, rng)
     succ = _cycle(s, n_vocab, control, rng)
     w.t("token_embd.weight", emb)
     w.t("output_norm.weight", np.ones(s.n_embd, np.float32))
