@@ -22,8 +22,8 @@ KINDS = ("eagle3", "dflash")
 WRITERS = {"eagle3": write_eagle3_pair, "dflash": write_dflash_pair}
 _WORDS = ("the of and to in is that it for was on are as with his they at be this from have or by one had not but "
           "what all were when we there can an your which their said if do will each about how up out them then").split()
-#: 24 prompts of 3 to 10 words
-PROMPTS = [" ".join(_WORDS[(7 * i + j) % len(_WORDS)] for j in range(3 + i % 8)) for i in range(24)]
+#: 24 prompts of 3 to 10 words, and one of a single token (EAGLE-3 has nothing to draft from there)
+PROMPTS = [" ".join(_WORDS[(7 * i + j) % len(_WORDS)] for j in range(3 + i % 8)) for i in range(24)] + ["a"]
 COMMON = ["--ctx", "512", "--threads", "2", "--raw"]
 
 

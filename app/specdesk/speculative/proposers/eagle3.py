@@ -8,16 +8,31 @@ possible, whose last row gives the first draft token), then one ``eval`` per fur
 token on the head's own state, positions it never keeps. Exact as every proposer: at
 temperature 0 it drafts its argmax, above it it samples from its own warped
 distribution and hands that q to the verifier.
+
+A head's first position pairs the second token with the target's features at the
+first: after a one-token sequence there is nothing to draft from.
 """
 
 from __future__ import annotations
 
-from .base import EAGLE3
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..sampling import SamplingParams
+from .base import EAGLE3, EMPTY_DRAFT, Budget, Draft
 from .mtp import MtpBackend, MtpProposer
 
 SOURCE = EAGLE3
 
 
-def Eagle3Proposer(head: MtpBackend, n_vocab_target: int, p_min: float = 0.75) -> MtpProposer:
-    """The proposer drafting with ``head``; its drafts carry the ``eagle3`` source."""
-    return MtpProposer(head, n_vocab_target, p_min=p_min, source=SOURCE)
+class Eagle3Proposer(MtpProposer):
+    """The MTP heads' loop over an EAGLE-3 head; its drafts carry the ``eagle3`` source."""
+
+    def __init__(self, head: MtpBackend, n_vocab_target: int, p_min: float = 0.75) -> None:
+        super().__init__(head, n_vocab_target, p_min=p_min, source=SOURCE)
+
+    def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        if len(seq) < 2:
+            return EMPTY_DRAFT
+        return super().propose(seq, budget, params, rng)
