@@ -4,6 +4,7 @@ can be downloaded.
 
 usage:
   python tools/make_head_model.py DIR --kind eagle3|dflash|gemma4-assistant [--random]
+      [--width 64] [--layers 4] [--ff 128] [--heads-n 4]
 
 Without --random the head agrees with its target (acceptance near 1), with it the head's
 matrices are random (acceptance near 0). Each kind's writer is a function
@@ -11,7 +12,7 @@ matrices are random (acceptance near 0). Each kind's writer is a function
 a kind whose module is not there yet is refused in one line).
 
 Example (a speedup on this CPU, as the closing note of issue 49 measured it):
-  python tools/make_head_model.py /tmp/eagle3 --kind eagle3
+  python tools/make_head_model.py /tmp/eagle3 --kind eagle3 --width 1024 --layers 8 --ff 4096 --heads-n 16
   PYTHONPATH=app python -m specdesk bench --target /tmp/eagle3/target.gguf --draft /tmp/eagle3/head.gguf \\
       --configs none,eagle3:k=3,eagle3:auto
 """
@@ -51,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--kind", choices=tuple(KINDS), required=True)
     p.add_argument("--random", action="store_true", help="random head matrices (acceptance near 0)")
+    p.add_argument("--width", type=int, help="the target's (and a DFlash head's) width (default 64)")
+    p.add_argument("--layers", type=int, help="the target's layers (default 4)")
+    p.add_argument("--ff", type=int, help="feed-forward size (default 128)")
+    p.add_argument("--heads-n", type=int, help="the target's attention heads (default 4)")
     a = p.parse_args(argv)
-    target, head = writer(a.kind)(a.dir, random=a.random)
+    sizes = {k: v for k, v in (("n_embd", a.width), ("n_layer", a.layers), ("n_ff", a.ff), ("n_head", a.heads_n))
+             if v is not None}  # (only those given: another kind's writer may not take them)
+    target, head = writer(a.kind)(a.dir, random=a.random, **sizes)
     print(f"{target}: {Path(target).stat().st_size / 2**10:.0f} KiB; {head}: {Path(head).stat().st_size / 2**10:.0f} KiB "
           f"({a.kind}, {'random' if a.random else 'agreeing with its target'})")
     return 0

@@ -241,8 +241,9 @@ def write_eagle3_head(path: Path, s: HeadSpec, emb: np.ndarray, succ: np.ndarray
     # Q and K: the constant coordinate of the token's normed embedding, in phase for offset 0
     q, k, v, wo = (np.zeros((d, 2 * d), np.float32), np.zeros((d, 2 * d), np.float32),
                    np.zeros((d, 2 * d), np.float32), np.zeros((d, d), np.float32))
-    q[:, e - 1] = 6.0 * _phases(N_ROT, s.rope_base, 0, False, d)
-    k[:, e - 1] = 6.0 * _phases(N_ROT, s.rope_base, 0, False, d)
+    qk = 6.0 * (d / 64) ** 0.25  # the scores' scale whatever the width (llama.cpp divides by sqrt(head size))
+    q[:, e - 1] = qk * _phases(N_ROT, s.rope_base, 0, False, d)
+    k[:, e - 1] = qk * _phases(N_ROT, s.rope_base, 0, False, d)
     if s.mode == "agree":
         v[: e - 1, : e - 1] = np.eye(e - 1)  # the value: the token's random part
         wo[: e - 1, : e - 1] = np.eye(e - 1)
@@ -296,7 +297,7 @@ def write_dflash_head(path: Path, s: HeadSpec, emb: np.ndarray, succ: np.ndarray
     layers = s.layers if s.layers is not None else (1, s.n_layer - 1)
     B = s.block_size if s.block_size is not None else 16
     slots = max(1, min(B, 16) - 1)  # attention heads: head j sees j positions back
-    hd = 64  # the heads' size (key_length/value_length: the hidden width need not divide)
+    hd = max(64, e)  # the heads' size (key_length/value_length: the hidden width need not divide); values carry a token's r
     w = _Writer(path, "dflash", f"Tiny DFlash head ({s.mode})", s)
     w.w.add_block_count(1)
     w.w.add_context_length(s.n_ctx)
@@ -309,7 +310,8 @@ def write_dflash_head(path: Path, s: HeadSpec, emb: np.ndarray, succ: np.ndarray
     w.w.add_rope_freq_base(s.rope_base)
     w.w.add_layer_norm_rms_eps(1e-5)
     w.w.add_rope_dimension_count(N_ROT)
-    w.w.add_float32(w.key("attention.scale"), 5.0 if s.mode != "random" else 1.0 / hd**0.5)
+    # q and k are normed per head (rms 1 over hd, 4 pairs carry them): this scale makes the scores' peak 320 at any size
+    w.w.add_float32(w.key("attention.scale"), 5.0 * 64 / hd if s.mode != "random" else 1.0 / hd**0.5)
     w.w.add_array(w.key("target_layers"), list(layers))
     if s.block_size is not None:
         w.w.add_uint32(w.key("block_size"), s.block_size)

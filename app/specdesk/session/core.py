@@ -39,7 +39,7 @@ from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .source_table import load_options, own_sources
 from .sources import DraftModel, DraftSource, Missing, warm_up_context
-from .text import head_refusal_text, instead_text, source_missing_text
+from .text import head_as_target_text, head_refusal_text, instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _check_head_pair(target: Path, draft: Path) -> "heads.HeadInfo | None":
     headers, before either model loads; None for a draft model. A head named as the
     target is refused."""
     if heads.head_of_file(target) is not None:
-        raise SpecDeskError(f"{target.name} is a draft head: load it as the draft of the target it reads")
+        raise SpecDeskError(head_as_target_text(target.name))
     info = heads.head_of_file(draft)
     return heads.check_pair_files(target, draft, info) if info is not None else None
 
@@ -324,7 +324,7 @@ class Session:
             d = None
             compat = None
             if head is not None:
-                cb = (lambda p: progress(f"loading draft head {draft.path.name}", split + (1 - split) * p)) if progress else None
+                cb = (lambda p: progress(f"loading draft {draft.path.name}", split + (1 - split) * p)) if progress else None
                 src = heads.DraftHead.load(head, draft, t, LoadedModel, cb)
                 own.append(src)
                 d = src.loaded

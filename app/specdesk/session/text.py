@@ -47,6 +47,11 @@ def head_refusal_text(a_head: str, proposer: str, instead: str) -> str:
             f"use --proposer {instead}")
 
 
+def head_as_target_text(name: str) -> str:
+    """Why a head cannot be loaded as a target."""
+    return f"{name} is a draft head: load it as the draft of the target it reads"
+
+
 def source_missing_text(proposer: str, need: str, without: Sequence[str]) -> str:
     """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded."""
     return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
