@@ -317,7 +317,7 @@ def _refusal(target, proposer: str) -> str | None:
     need = registry.kind(proposer).needs
     if need is None or (need.in_draft_file and target.has_draft):
         return None
-    return source_missing_text(proposer, need.name, registry.WITHOUT_DRAFT)
+    return source_missing_text(proposer, need.name, need.in_draft_file, registry.WITHOUT_DRAFT)
 
 
 class FakePairTarget:
@@ -434,6 +434,15 @@ class _Role:
         self.spec = SimpleNamespace(path=Path(f"/nonexistent/{name}.gguf"), rpc=(), n_gpu_layers=0, n_ctx=ctx.n_ctx)
         self.nbytes = nbytes
         self.name = self.spec.path.name
+
+    def memory(self):
+        from specdesk.system.memory import ModelMemory
+
+        return ModelMemory(role="draft", path=str(self.spec.path), weights_bytes=self.nbytes, kv_bytes=0,
+                           n_ctx=self.ctx.n_ctx, n_gpu_layers=0)
+
+    def close(self) -> None:
+        pass
 
 
 class FakeSession:

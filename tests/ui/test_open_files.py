@@ -17,7 +17,7 @@ from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtNetwork import QLocalSocket
 
 from specdesk.ui.drop import Dropped, dropped_models, landing
-from specdesk.ui.open_files import OpenRequest, plan
+from specdesk.library.opening import OpenRequest, plan
 from specdesk.ui.single_instance import InstanceGuard, InstanceUnavailable, claim_for_launch, server_name
 
 
@@ -170,7 +170,7 @@ def test_a_lock_file_cut_short_by_a_crash_is_taken_over_but_not_one_being_writte
 SECOND_LAUNCH = """
 import sys
 from PySide6.QtCore import QCoreApplication
-from specdesk.ui.open_files import OpenRequest
+from specdesk.library.opening import OpenRequest
 from specdesk.ui.single_instance import InstanceGuard
 app = QCoreApplication([])
 guard = InstanceGuard(sys.argv[1])

@@ -45,7 +45,7 @@ from ..fmt import format_bytes
 from ..library.quants import QuantUpgrade, upgrade_for
 from ..session import GenerationConfig
 from ..session.drift import PROBE_PROMPT, pair_drift
-from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text
+from ..session.text import advice_verdict_text, claim_text, components_why_text, measured_best_text, memory_buys_text
 from ..speculative.controller import FixedK
 from ..speculative.costmodel import CostModel, PositionAcceptance, expected_tokens
 from ..speculative.decoder import speculate
@@ -544,8 +544,8 @@ def advise(cal: Calibration, measured: dict | None = None) -> Advice:
         n = int(cal.draft_bytes / cal.kv_bytes_per_token)
         memory_alternative = (
             f"The draft's {format_bytes(cal.draft_bytes)} would instead hold about {n:,} more tokens of context for the "
-            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)"
-            + (f", or a better quantization of the target: {cal.quant_upgrade.describe()}." if cal.quant_upgrade else ".")
+            f"target ({cal.kv_bytes_per_token / 1024:.0f} KiB per token)."
+            + (" " + memory_buys_text(cal.quant_upgrade.to_dict()) if cal.quant_upgrade else "")
         )
         parts.append(memory_alternative)
     exactness = claim_text(cal.drift.to_dict() if cal.drift is not None else None)

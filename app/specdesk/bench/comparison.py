@@ -34,10 +34,10 @@ from ..session import Generation
 from ..session.drift import pair_drift
 from ..speculative.drift import Drift
 from .advisor import Calibration, advisor_section, calibrate
-from .configs import BenchConfig, resolve_configs
+from .configs import BenchConfig
 from ..speculative.proposers.registry import BASELINE
 from .rows import ConfigRow, rows_of
-from .runner import BenchOptions, SessionTarget, run_bench
+from .runner import BenchOptions, SessionTarget, run_bench, runnable_configs
 from .suites import Suite
 
 Progress = Callable[[str, float], None]  # (what is running, 0..1)
@@ -104,8 +104,8 @@ def run_comparison(
 ) -> ComparisonResult:
     """Calibrate (or measure the drift), run the benchmark, predict, and look for the
     better quantization the draft's memory would buy (see the module docstring)."""
-    configs = resolve_configs(list(configs), bool(session.translated))
-    use_advisor = options.advisor and session.draft is not None
+    configs = runnable_configs(SessionTarget(session, raw=options.raw), configs)  # one line, before any work
+    use_advisor = options.advisor and session.drafting_need() is not None
 
     def report(msg: str, frac: float) -> None:
         if cancel is not None and cancel():

@@ -393,6 +393,18 @@ class _Bench:
         }
 
 
+def runnable_configs(target: BenchTarget, configs: Sequence[BenchConfig]) -> list[BenchConfig]:
+    """The configurations as they run on ``target``'s pair (a draft of another
+    vocabulary drafts ``translated``); SpecDeskError in one line, before any work, for
+    one the pair cannot run. Already resolved configurations come back as they are."""
+    configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
+    refused = [(c.name, why) for c in configs if (why := target.refusal(c.proposer))]
+    if refused:
+        raise SpecDeskError(f"{', '.join(n for n, _ in refused)} cannot run on this pair ({refused[0][1]}): "
+                            "load what they draft with, or drop them from --configs")
+    return configs
+
+
 def run_bench(
     target: BenchTarget,
     suites: Sequence[Suite],
@@ -410,11 +422,7 @@ def run_bench(
     time budget."""
     if not configs[0].baseline:
         raise ValueError(f"the first config must be the baseline, {BASELINE}")
-    configs = resolve_configs(list(configs), bool(getattr(target, "translated", False)))
-    refused = [(c.name, why) for c in configs if (why := target.refusal(c.proposer))]
-    if refused:
-        raise SpecDeskError(f"{', '.join(n for n, _ in refused)} cannot run on this pair ({refused[0][1]}): "
-                            "load what they draft with, or drop them from --configs")
+    configs = runnable_configs(target, configs)
     bench = _Bench(target, suites, configs, options, progress, cancel, on_run, keep)
     if options.warmup:
         bench.warm_up()

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from ..bench.advisor import advise, calibrate
 from ..bench.comparison import ComparisonOptions, ComparisonResult, run_comparison
-from ..bench.configs import DEFAULT_CONFIGS, parse_configs, proposer_of, resolve_configs
+from ..bench.configs import DEFAULT_CONFIGS, parse_configs, proposer_of
 from ..bench.report import check_writable, markdown, remove_if_empty, write_report
 from ..bench.runner import BenchOptions, UntilSure
 from ..bench.suites import describe_builtin, load_suite
 from ..library.quants import offer_upgrade
 from ..session import GenerationConfig
 from ..session.source_table import drafts_alone
-from ..session.text import drift_summary, noise_text, predicted_cell, prediction_verdict_label, stopping_text
+from ..session.text import drift_summary, memory_buys_text, noise_text, predicted_cell, prediction_verdict_label, stopping_text
 from ..speculative.proposers import registry
 from .args import add_model_options, default_model_path, float_in, int_at_least, load_session, non_negative_int, positive_int
 from .output import dump_json, progress_bar
@@ -112,7 +112,6 @@ def cmd_bench(args) -> int:
         not args.no_advisor and not any(c.drafts_with_target for c in configs))
     try:
         with load_session(args, need_draft) as s:
-            resolve_configs(configs, s.translated)  # a config this pair cannot run: one line, before any work
             if s.translated:
                 print(f"the draft {s.draft.spec.path.name} has another vocabulary than the target: it drafts translated text",
                       file=sys.stderr)
@@ -147,9 +146,9 @@ def print_comparison_notes(res: ComparisonResult) -> None:
     print(stopping_text(res.stopping, rows), file=sys.stderr)
     print(noise_text(res.bench["summary"].get("noise")), file=sys.stderr)
     if cal is not None and cal.quant_upgrade is not None:
-        pub, note = res.published_quant, res.published_quant_note
-        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
-              + (f"{pub.describe()}." if pub else f"{note}."), file=sys.stderr)
+        pub = res.published_quant
+        print(memory_buys_text(cal.quant_upgrade.to_dict(), pub.to_dict() if pub else None, res.published_quant_note),
+              file=sys.stderr)
 
 
 def cmd_advise(args) -> int:
@@ -186,8 +185,7 @@ def cmd_advise(args) -> int:
     print()
     print(adv.text)
     if cal.quant_upgrade is not None:
-        print(f"The draft's memory would buy the target at {cal.quant_upgrade.describe()} (estimated); "
-              + (f"{pub.describe()}." if pub else f"{pub_note}."))
+        print(memory_buys_text(cal.quant_upgrade.to_dict(), pub.to_dict() if pub else None, pub_note))
     if adv.exactness:
         print()
         print(adv.exactness)

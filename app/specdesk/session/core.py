@@ -475,7 +475,7 @@ class Session:
             head = next((h for h in self.sources.values() if isinstance(h, heads.DraftHead)), None)
             if head is not None and kind.needs.in_draft_file:
                 return head_refusal_text(head.info.a_label, config.proposer, registry.drafting_with(head.need))
-            return source_missing_text(config.proposer, kind.needs.name, registry.WITHOUT_DRAFT)
+            return source_missing_text(config.proposer, kind.needs.name, kind.needs.in_draft_file, registry.WITHOUT_DRAFT)
         return src.refusal()
 
     def runnable(self, config: GenerationConfig, history: HistoryProposer | None = None) -> tuple[Proposer | None, str | None]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..chat.sandbox import HINT as TEMPLATE_HINT
+from ..fmt import format_bytes
 from ..speculative import controller as ctl
 from ..speculative.drift import NEAR_TIE_LOGITS, Drift
 from ..speculative.stats import Stats
@@ -52,9 +53,12 @@ def head_as_target_text(name: str) -> str:
     return f"{name} is a draft head: load it as the draft of the target it reads"
 
 
-def source_missing_text(proposer: str, need: str, without: Sequence[str]) -> str:
-    """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded."""
-    return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
+def source_missing_text(proposer: str, need: str, in_draft_file: bool, without: Sequence[str]) -> str:
+    """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded (from a
+    draft file, or from the target's own file)."""
+    if in_draft_file:
+        return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
+    return f"the {proposer} proposer drafts with the target's own {need}, and this target has none; use {' or '.join(without)}"
 
 
 def share_text(x: float) -> str:
@@ -494,3 +498,58 @@ def replay_clock_text(t: float, end: float, speed: float) -> str:
     """The replay's clock: "1.24 s of 3.50 s" (and the speed when not real time)."""
     text = f"{t:.2f} s of {end:.2f} s"
     return text if speed == 1.0 else f"{text} at {speed:g}×"
+
+
+def memory_buys_text(up: dict | None, pub: dict | None = None, note: str | None = None) -> str:
+    """The draft's memory spent on the target instead: the better quantization it would
+    buy (``QuantUpgrade.to_dict()``, estimated from the sizes), and whether the target's
+    Hugging Face repo publishes it (``PublishedQuant.to_dict()``, or why none is offered):
+    the one sentence the CLI, the app and the advice say it with ("" without one)."""
+    if not up:
+        return ""
+    text = (f"Without the draft, its memory would buy the target at {up['better']} instead of {up['current']}: "
+            f"about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}, estimated)")
+    if pub:
+        size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
+        text += f"; {pub['repo']} publishes {pub['quant']} as {pub['file']}{size}"
+    elif note:
+        text += f" ({note})"
+    return text + "."
+
+
+def drift_table_text(drift: dict | None) -> str:
+    """The measured kernel drift by verify batch size, one line a batch (a tooltip's)."""
+    if not drift:
+        return "The kernel drift was not measured."
+    lines = [f"Kernel drift by verify batch size ({drift.get('positions')} positions):"]
+    for b in drift.get("by_batch") or []:
+        lines.append(
+            f"  batch {b['batch']}: mean TV {100 * b['tv_mean']:.3f}%, worst {100 * b['tv_max']:.2f}%, "
+            f"logits ±{b['logit_diff_max']:.3f}, argmax flips {b['flips']}/{b['positions']}"
+        )
+    return "\n".join(lines)
+
+
+def identity_text(row, runs: Sequence[dict], drift: dict | None, temperature: float | None) -> tuple[str, str]:
+    """A configuration's identity with target alone at T=0 (``row``: a bench ConfigRow;
+    ``runs``: the comparison's run records), in a few words and explained: each
+    divergence in a sentence, and what "identical" means on this machine."""
+    if row.baseline:
+        return "baseline", ""
+    if not row.compared:
+        return "not compared (T > 0)", claim_text(drift, temperature)
+    tips = [f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: {verdict_text(r['divergence'], drift)}"
+            for r in runs if r["config"] == row.config and r["identical"] is False and r.get("divergence")]
+    text = f"{row.identical}/{row.compared} identical"
+    if row.near_ties:
+        text += f", {row.near_ties} near-tie"
+    if row.mismatches:
+        text += f", {row.mismatches} MISMATCH"
+    if drift and drift.get("positions"):
+        text += f" · drift flips {100 * drift.get('flip_share', 0.0):.2g}%"
+    tip = "\n".join(tips[:12])
+    if row.near_ties and not row.mismatches:
+        tip += ("\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two "
+                "best tokens nearly tie the argmax can flip. Not a bug.")
+    tip += "\n\n" + claim_text(drift)
+    return text, tip.strip()

@@ -58,6 +58,9 @@ from ..fmt import format_bytes
 from ..speculative.proposers import registry
 from ..session.text import (
     claim_text,
+    drift_table_text,
+    identity_text,
+    memory_buys_text,
     noise_text,
     predicted_cell,
     prediction_text,
@@ -66,7 +69,6 @@ from ..session.text import (
     speedup_text,
     stopping_text,
     VERDICT_LABELS,
-    verdict_text,
 )
 from .replay import RaceView
 from .stats_panel import BLUE, GREY
@@ -405,7 +407,7 @@ class CompareTab(QWidget):
         if len(configs) < 2:
             self.error.emit("Choose at least one configuration besides target alone (draft configurations need a draft model).")
             return
-        options = self.options(session.draft is not None)
+        options = self.options(session.drafting_need() is not None)
         task = Task(lambda t: run_comparison(session, suites, configs, options, progress=t.report, cancel=t.is_cancelled),
                     "comparison")
         self._task = task
@@ -478,7 +480,7 @@ class CompareTab(QWidget):
         drift = self._drift(res)
         temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
         self.exactness.setText(claim_text(drift, temperature))
-        self.exactness.setToolTip(self._drift_table(drift))
+        self.exactness.setToolTip(drift_table_text(drift))
         self.exactness.setVisible(True)
         self.race.set_result(res)
 
@@ -502,7 +504,7 @@ class CompareTab(QWidget):
                 extra += f" (+{format_bytes(mem.get('extra_vram_bytes'))} VRAM)"
         elif not baseline:
             extra = "none (no draft)"
-        ident, tip = self._identity(res, row)
+        ident, tip = identity_text(row, res["runs"], self._drift(res), self._temperature(res))
         cells = [
             "target alone" if baseline else c,
             f"{row.median_tps:.1f}" if row.median_tps else "–",
@@ -534,17 +536,13 @@ class CompareTab(QWidget):
         adv = res.get("advisor") or {}
         text = adv.get("recommendation") or ""
         up = (adv.get("calibration") or {}).get("quant_upgrade")
-        if up and "better quantization" not in text:
-            text += (f" Without the draft, its memory would buy the target at {up['better']} instead of "
-                     f"{up['current']}: about {format_bytes(up['better_bytes'])} (+{format_bytes(up['extra_bytes'])}).")
         pub = res.get("published_quant")
+        if up and "its memory would buy" not in text:  # the advice may have said it
+            text += " " + memory_buys_text(up, pub, res.get("published_quant_note"))
         if pub:
             size = f" ({format_bytes(pub['size'])})" if pub.get("size") else ""
-            text += f" {pub['repo']} publishes {pub['quant']} as {pub['file']}{size}."
             self.quant_btn.setText(f"Download {pub['quant']}{size}…")
             self.quant_btn.setToolTip(f"Open the download dialog on {pub['repo']} with {pub['file']} selected")
-        elif up and res.get("published_quant_note"):
-            text += f" ({res['published_quant_note']}.)"
         self._published = pub
         self.quant_btn.setVisible(bool(pub))
         rows = rows_of(res["summary"]["overall"])
@@ -554,48 +552,13 @@ class CompareTab(QWidget):
         self.advice.setVisible(bool(text))
 
     @staticmethod
+    def _temperature(res: dict) -> float | None:
+        return ((res.get("meta") or {}).get("settings") or {}).get("temperature")
+
+    @staticmethod
     def _drift(res: dict) -> dict | None:
         d = res.get("drift") or (res.get("advisor") or {}).get("drift")
         return d if isinstance(d, dict) else None
-
-    @staticmethod
-    def _drift_table(drift: dict | None) -> str:
-        """The drift by batch size, for a tooltip."""
-        if not drift:
-            return "The kernel drift was not measured."
-        lines = [f"Kernel drift by verify batch size ({drift.get('positions')} positions):"]
-        for b in drift.get("by_batch") or []:
-            lines.append(
-                f"  batch {b['batch']}: mean TV {100 * b['tv_mean']:.3f}%, worst {100 * b['tv_max']:.2f}%, "
-                f"logits ±{b['logit_diff_max']:.3f}, argmax flips {b['flips']}/{b['positions']}"
-            )
-        return "\n".join(lines)
-
-    @classmethod
-    def _identity(cls, res: dict, row: ConfigRow) -> tuple[str, str]:
-        drift = cls._drift(res)
-        if row.baseline:
-            return "baseline", ""
-        if not row.compared:
-            temperature = ((res.get("meta") or {}).get("settings") or {}).get("temperature")
-            return "not compared (T > 0)", claim_text(drift, temperature)
-        tips = []
-        for r in res["runs"]:
-            if r["config"] == row.config and r["identical"] is False and r.get("divergence"):
-                tips.append(f"{r['suite']}/{r['prompt_id']} #{r['repeat'] + 1}: {verdict_text(r['divergence'], drift)}")
-        text = f"{row.identical}/{row.compared} identical"
-        if row.near_ties:
-            text += f", {row.near_ties} near-tie"
-        if row.mismatches:
-            text += f", {row.mismatches} MISMATCH"
-        if drift and drift.get("positions"):
-            text += f" · drift flips {100 * drift.get('flip_share', 0.0):.2g}%"
-        tip = "\n".join(tips[:12])
-        if row.near_ties and not row.mismatches:
-            tip += ("\n\nA near-tie: a batched verify pass runs other kernels than a single step, and where the two "
-                    "best tokens nearly tie the argmax can flip. Not a bug.")
-        tip += "\n\n" + claim_text(drift)
-        return text, tip.strip()
 
     def _draw_chart(self, overall: list[ConfigRow], preds: dict[str, dict]) -> None:
         """Bars coloured by verdict with their 95% intervals as error bars, and the

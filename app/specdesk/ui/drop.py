@@ -28,7 +28,6 @@ answers.
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,8 @@ from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QWidget
 
 from .model_bar import ModelBar
-from .open_files import OpenRequest, Opening, models_of, plan
+from ..library.opening import OpenRequest, Opening, check_file, models_of, plan
 
-MAGIC = b"GGUF"
 #: How long the Qt thread waits for a dragged file's check (then: "checking…", and the
 #: answer when it comes). A local file answers in microseconds.
 CHECK_WAIT_S = 0.2
@@ -56,37 +54,6 @@ class Dropped:
     models: tuple[Path, ...] = ()
     refusal: str | None = None
     checking: tuple[Path, ...] = ()
-
-
-def check_file(path: Path) -> str | None:
-    """Why ``path`` cannot be dropped as a model, or None when it can: a regular file
-    with a .gguf name, or with GGUF's magic bytes at offset 0 (a model saved under
-    another name). Only a regular file is ever opened, and without blocking: a FIFO
-    swapped in after the stat is not waited on. May block on a hung network mount: run
-    it off the Qt thread (``FileChecks``)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return f"{path.name}: no such file"
-    except OSError as e:
-        return f"{path.name} cannot be read: {e.strerror or e}"
-    if stat.S_ISDIR(st.st_mode):
-        return f"{path.name} is a folder: drop the .gguf files in it"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path.name} is not a regular file (a pipe, a device or a socket): only GGUF model files can be opened"
-    if path.suffix.lower() == ".gguf":
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return f"{path.name} is not a regular file (a pipe, a device or a socket): only GGUF model files can be opened"
-            head = os.read(fd, len(MAGIC))
-        finally:
-            os.close(fd)
-    except OSError as e:
-        return f"{path.name} cannot be read: {e.strerror or e}"
-    return None if head == MAGIC else f"{path.name} is not a GGUF model (no .gguf name, no GGUF header)"
 
 
 def dropped_models(mime: QMimeData, check: Callable[[Path], object] = check_file) -> Dropped:
