@@ -62,13 +62,13 @@ def test_an_assistant_fits_its_target_and_not_another(pair, tmp_path):
 def test_the_library_says_what_an_assistant_is_and_pairs_it_with_its_target_only(pair, tmp_path):
     t, h = pair
     rows = dict(file_rows(inspect_gguf(h)))
-    assert "Gemma 4 assistant" in rows["Draft head"] and "width 64" in rows["Draft head"]
+    assert "Gemma 4 assistant" in rows["Draft head"] and "target 64 wide" in rows["Draft head"]
     assert rows["MTP heads"] == "none"  # its NextN blocks are not a trunk's heads
     assert "Draft head" not in dict(file_rows(inspect_gguf(t)))
     assert head_file(h) is not None and head_file(t) is None
     other = write_target(tmp_path / "other.gguf", PairSpec(n_embd=128, head_dim=32))
     (c,) = drafts_for(t, [(h, "head")])
-    assert c.compatible and c.head == "a Gemma 4 assistant" and not c.translated
+    assert c.compatible and c.head_label == "Gemma 4 assistant" and "target 64 wide" in c.head and not c.translated
     (c,) = drafts_for(other, [(h, "head")])
     assert not c.usable and not c.translated and "does not fit" in c.reason  # a head never drafts translated
     assert check_pair(t, h).ok and check_pair(other, h).rule == "head"

@@ -51,7 +51,7 @@ REPORT_KEYS = {
     "path", "file_size", "parts", "version", "architecture", "name", "parameters", "file_type", "tensor_types",
     "layers", "embedding_length", "head_count", "head_count_kv", "context_length", "vocab_type",
     "vocab_size", "has_chat_template", "chat_template_chars", "bos_token_id", "eos_token_id", "memory",
-    "mtp_heads", "mtp_problem", "rollback",
+    "mtp_heads", "mtp_problem", "rollback", "head", "head_problem",
 }
 ARCH_KV = ("general.architecture", VT.STRING, "llama")
 MEMORY_KEYS = {"weights_bytes", "repack_bytes", "kv_bytes", "state_bytes", "compute_bytes", "ram_bytes", "vram_bytes", "n_ctx", "n_gpu_layers"}

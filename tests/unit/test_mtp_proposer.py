@@ -140,6 +140,6 @@ def test_the_registry_row_builds_it_from_the_session_part():
         return MtpProposer(FakeHeads(tm), 8)
 
     p = kind.build(registry.Parts(sources=sources, history=None))
-    assert p.name == "mtp" and p.drafts
+    assert p.source == "mtp" and p.drafts
     with pytest.raises(ValueError):
         registry.kind("draft").build(registry.Parts(sources=sources, history=None))

@@ -47,10 +47,10 @@ def test_a_head_without_its_tensors_is_refused_in_one_line(tmp_path):
 
 
 def test_a_build_without_the_hidden_state_calls_is_refused_in_one_line():
-    from specdesk.engine.mtp import _NextnApi
+    from specdesk.engine.mtp import nextn_api_of
 
     with pytest.raises(SpecDeskError, match="does not export llama_set_embeddings_nextn") as e:
-        _NextnApi(ctypes.CDLL(None))  # the process itself: no llama.cpp symbols
+        nextn_api_of(ctypes.CDLL(None))  # the process itself: no llama.cpp symbols
     assert "\n" not in str(e.value)
 
 

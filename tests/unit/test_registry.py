@@ -5,13 +5,21 @@ import pytest
 import re
 
 from fake_assistant import FakeAssistant
+from fake_heads import FakeBlockHead
 from fake_mtp import FakeHeads
 from fakes import FakeBackend, FakeModel
 from specdesk.bench.configs import ConfigError, parse_config, parse_configs, proposer_of, resolve_configs, split_name
 from specdesk.cli import build_parser
 from specdesk.session import GenerationConfig
-from specdesk.speculative.proposers import (DraftModelProposer, Gemma4AssistantProposer, HistoryProposer, MtpProposer,
-                                            registry)
+from specdesk.speculative.proposers import (
+    DFlashProposer,
+    DraftModelProposer,
+    Eagle3Proposer,
+    Gemma4AssistantProposer,
+    HistoryProposer,
+    MtpProposer,
+    registry,
+)
 
 
 def _cli_choices(command: str) -> list[str]:
@@ -57,7 +65,9 @@ def test_each_row_builds_a_proposer_that_drafts_from_its_sources():
     d = FakeBackend(FakeModel(n_vocab=8, seed=1))
     made = {registry.DRAFT_MODEL: lambda: DraftModelProposer(d, 8),
             registry.MTP_HEADS: lambda: MtpProposer(FakeHeads(FakeModel(n_vocab=8)), 8),
-            registry.GEMMA4_ASSISTANT: lambda: Gemma4AssistantProposer(FakeAssistant(FakeModel(n_vocab=8), t), 8)}
+            registry.GEMMA4_ASSISTANT: lambda: Gemma4AssistantProposer(FakeAssistant(FakeModel(n_vocab=8), t), 8),
+            registry.EAGLE3_HEAD: lambda: Eagle3Proposer(FakeHeads(FakeModel(n_vocab=8)), 8),
+            registry.DFLASH_HEAD: lambda: DFlashProposer(FakeBlockHead(FakeModel(n_vocab=8)), 8)}
     asked = []
 
     def sources(need):

@@ -154,8 +154,8 @@ def _drafts(args) -> int:
     print(f"{len(usable)} of {len(res)} models can draft for {args.target.name}" + (":" if res else "."))
     for c in res:
         if c.compatible:
-            head = f" ({c.head} for this target)" if c.head else ""
-            print(f"  ok          {format_bytes(c.size):>10}  {printable(c.name)}{head}  ({printable(c.path)})")
+            head = f"  {c.head}" if c.head else ""
+            print(f"  ok          {format_bytes(c.size):>10}  {printable(c.name)}  ({printable(c.path)}){head}")
     for c in res:
         if c.translated:
             print(f"  translated  {format_bytes(c.size):>10}  {printable(c.name)}: {c.reason}; a step costs about "

@@ -45,6 +45,7 @@ from ..errors import ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
 from .backend import deferred_interrupt
 from .context import Context
+from .ext import bind
 from .model import Buffer, Model, capture_buffers
 from .rpc import check_alive, gone
 
@@ -61,23 +62,15 @@ _SYMBOLS = {
 }
 
 
-class _NextnApi:
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        for name, (symbol, args, res) in _SYMBOLS.items():
-            try:
-                fn = getattr(lib, symbol)
-            except AttributeError:
-                where = getattr(lib, "_name", "libllama")
-                raise SpecDeskError(f"this llama.cpp ({where}) does not export {name} (C++ symbol {symbol}): "
-                                    "it cannot run a model's MTP heads; llama-cpp-python 0.3.36 does") from None
-            fn.argtypes, fn.restype = args, res
-            setattr(self, name, fn)
+def nextn_api_of(lib: ctypes.CDLL):
+    """The hidden-state calls of ``lib`` (SpecDeskError in one line where one is missing)."""
+    return bind(lib, _SYMBOLS, "it cannot run a model's MTP heads")
 
 
 @functools.cache
-def nextn_api() -> _NextnApi:
-    """The hidden-state calls of libllama (SpecDeskError in one line where one is missing)."""
-    return _NextnApi(llama_cpp.llama_cpp._lib)
+def nextn_api():
+    """The hidden-state calls of libllama."""
+    return nextn_api_of(llama_cpp.llama_cpp._lib)
 
 
 def _as_floats(a: np.ndarray):

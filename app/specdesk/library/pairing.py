@@ -41,7 +41,7 @@ from ..rules.vocab import (
 from ..errors import Cancelled, SpecDeskError
 from ..jsoncache import JsonCache
 from .gguf import validate_gguf, vocab_info_from_gguf
-from .gguf.gemma4 import is_assistant, pair_problem
+from .gguf.heads import HEAD_FILES, head_problem, head_summary, head_what
 from .gguf.split import model_size
 
 log = logging.getLogger(__name__)
@@ -60,22 +60,17 @@ def vocab_of(path: str | Path, cancel: Cancel | None = None) -> VocabInfo:
 
 def check_pair(target: str | Path, draft: str | Path, cancel: Cancel | None = None) -> Compatibility:
     """The exact check: both vocabularies read, every rule applied in llama.cpp's order;
-    for a draft that is a head of its target (a Gemma 4 assistant), its fit to it too."""
+    for a draft file that is a head of another model (library/gguf/heads.py), its fit to it too."""
     return head_fit(target, draft, check_compatible(vocab_of(target, cancel), vocab_of(draft, cancel)))
 
 
-#: What a draft file that is a head of its target is, by architecture, in a few words.
-HEADS = {"gemma4-assistant": "a Gemma 4 assistant"}
-
-
 def head_fit(target: str | Path, draft: str | Path, res: Compatibility) -> Compatibility:
-    """``res`` (the vocabularies' answer), and, where ``draft`` is a head of its target,
-    whether it fits this one (a head never drafts translated: it reads the target's state)."""
-    d = validate_gguf(draft)
-    if not is_assistant(d) or not res.ok:
+    """``res`` (the vocabularies' answer), and, where ``draft`` is a head of another model,
+    whether it fits this target (a head never drafts translated: it reads the target's state)."""
+    if not res.ok:
         return res
-    why = pair_problem(validate_gguf(target), d)
-    return res if why is None else Compatibility(False, "head", f"{HEADS[d.architecture]} that does not fit: {why}")
+    why = head_problem(validate_gguf(target), validate_gguf(draft))
+    return res if why is None else Compatibility(False, "head", why)
 
 
 @dataclass(frozen=True)
@@ -178,7 +173,10 @@ class DraftCandidate:
     rule: str = ""
     translated: bool = False
     cost_ratio: float | None = None
-    head: str = ""  # a head of its target rather than a model of its own ("a Gemma 4 assistant")
+    #: a head of another model (EAGLE-3, DFlash, a Gemma 4 assistant): what it is and which
+    #: target it drafts for, in a line ("" for a model of its own, or a head that does not fit)
+    head: str = ""
+    head_label: str = ""  # "EAGLE-3 head", "Gemma 4 assistant"
 
     @property
     def usable(self) -> bool:
@@ -228,16 +226,19 @@ def drafts_for(
             out.append(DraftCandidate(p, name, 0, False, f"{p.name}: {e.strerror or e}", "unreadable"))
             continue
         ratio = size / tsize if tsize else None
-        head = HEADS.get(validate_gguf(p).architecture or "", "")
-        if head:
+        d = validate_gguf(p)
+        if head_what(d) is not None:  # a head fits its own target only, in its vocabulary: never translated
             res = head_fit(target, p, res)
+            out.append(DraftCandidate(p, name, size, res.ok, "" if res.ok else res.reason, res.rule, cost_ratio=ratio,
+                                      head=head_summary(d) if res.ok else "", head_label=HEAD_FILES[d.architecture or ""][1]))
+            continue
         reason = res.reason
         translated = False
-        if not res.ok and not head:
+        if not res.ok:
             translated = size < tsize
             reason = f"another vocabulary ({res.reason})" if translated else \
                 f"{res.reason}; as a translated draft it would not be smaller than the target"
-        out.append(DraftCandidate(p, name, size, res.ok, reason, res.rule, translated, ratio, head))
+        out.append(DraftCandidate(p, name, size, res.ok, reason, res.rule, translated, ratio))
     rank = {"same vocabulary": 0, "translated": 1, "unusable": 2}
     out.sort(key=lambda c: (rank[c.kind], c.size if c.usable else 0, c.name.lower()))
     return out

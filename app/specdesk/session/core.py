@@ -25,6 +25,7 @@ from ..rules.vocab import Compatibility, check_compatible
 from ..errors import ContextOverflowError, IncompatibleDraftError, SpecDeskError
 from ..fmt import format_bytes
 from ..library.gguf import estimate_memory, validate_gguf
+from ..library.gguf.heads import head_problem
 from ..library.gguf.estimate import repacked_tensors
 from ..library.gguf.split import first_part, model_size, split_count
 from ..speculative.controller import Controller, FixedK
@@ -39,7 +40,7 @@ from .offload import Offload, resolve_offload
 from .config import GenerationConfig, ModelSpec, translated_refusal
 from .source_table import head_file, load_options, own_sources
 from .sources import DraftModel, DraftSource, HeadFile, Missing
-from .text import instead_text, source_missing_text
+from .text import head_as_target_text, instead_text, source_missing_text
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class LoadedModel:
         compute = sum(b.bytes for b in cb if b.kind in ("compute", "output"))
         vram = sum(b.bytes for b in mb + cb if b.on_gpu)
         remote_b = sum(b.bytes for b in mb + cb if b.remote)
-        rb = self.ctx.rollback_costs
+        rb = getattr(self.ctx, "rollback_costs", None)  # (a head's context has none of its own)
         return ModelMemory(
             role=self.role,
             path=str(self.spec.path),
@@ -172,17 +173,17 @@ def _load_one(role: str, spec: ModelSpec, progress: LoadProgress | None, lo: flo
 
 
 def check_head(target: Path, draft: Path | None) -> HeadFile | None:
-    """What the draft file is where it is a head of its target (a Gemma 4 assistant), its
-    fit to the target checked from the two files before llama.cpp sees them (one line,
-    IncompatibleDraftError); None for a draft model. A head as the target is refused."""
+    """What the draft file is where it is a head of another model (an EAGLE-3 or DFlash
+    head, a Gemma 4 assistant: session/source_table.py), its fit to the target checked
+    from the two files before llama.cpp sees either (one line, IncompatibleDraftError);
+    None for a draft model. A head as the target is refused."""
     if head_file(target) is not None:
-        raise IncompatibleDraftError(f"{target.name} is {head_file(target).what}, a head of another model: "
-                                     "load it as the draft (--draft) of the target it belongs to")
+        raise IncompatibleDraftError(head_as_target_text(target.name, head_file(target).what))
     head = head_file(draft) if draft is not None else None
     if head is not None:
-        why = head.check(target, draft)
+        why = head_problem(validate_gguf(target), validate_gguf(draft))
         if why:
-            raise IncompatibleDraftError(f"{draft.name} ({head.what}) does not fit {target.name}: {why}")
+            raise IncompatibleDraftError(why)
     return head
 
 
@@ -216,7 +217,7 @@ class Session:
         # source (a draft model, or a head's among ``sources``), the target's own MTP
         # heads, ...; a need without one is Missing
         self.sources: dict[Need, DraftSource] = {}
-        if draft is not None and not any(src.need.in_draft_file for src in sources):
+        if draft is not None and not any(src.need.in_draft_file for src in sources):  # (a head is the file's source)
             self.sources[DRAFT_MODEL] = DraftModel(DRAFT_MODEL, draft, target, compat)
         for src in sources:
             self.sources[src.need] = src

@@ -6,12 +6,10 @@ cache (engine/gemma4_assistant.py)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from ..engine.gemma4_assistant import Gemma4Assistant
-from ..library.gguf import validate_gguf
-from ..library.gguf.gemma4 import ASSISTANT, pair_problem
-from ..library.pairing import HEADS
+from ..library.gguf.gemma4 import ASSISTANT
+from ..library.gguf.heads import HEAD_FILES
 from ..speculative.proposers import Gemma4AssistantProposer, Proposer
 from ..speculative.proposers.base import Source
 from ..speculative.proposers.gemma4_assistant import SOURCE
@@ -19,10 +17,6 @@ from ..speculative.proposers.registry import GEMMA4_ASSISTANT
 from ..system.memory import ModelMemory
 from .config import GenerationConfig
 from .sources import HeadFile, warm_up_tokens
-
-
-def check_pair(target: Path, head: Path) -> str | None:
-    return pair_problem(validate_gguf(target), validate_gguf(head))
 
 
 class AssistantSource:
@@ -109,14 +103,4 @@ def context(model, target) -> Gemma4Assistant:
     return Gemma4Assistant(model, target.ctx)
 
 
-HEAD = HeadFile(ASSISTANT, HEADS[ASSISTANT], check_pair, context, AssistantSource)
-
-
-def describe(info: dict) -> list[tuple[str, str]]:
-    """What a model file's summary (the library's) says of it as a Gemma 4 assistant, as rows."""
-    a = info.get("assistant")
-    if not a:
-        return []
-    return [("Draft head", f"{HEADS[ASSISTANT]}: drafts for a {a['target_architecture']} target of width "
-                           f"{a['target_width']} (sliding window {a['window']}), sharing its cache; "
-                           "load it as that target's draft")]
+HEAD = HeadFile(ASSISTANT, HEAD_FILES[ASSISTANT][0], context, AssistantSource)

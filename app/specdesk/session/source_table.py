@@ -10,23 +10,24 @@ from pathlib import Path
 from typing import Callable
 
 from ..library.gguf import validate_gguf
-from . import gemma4, mtp
+from . import gemma4, heads, mtp
 from .sources import DraftSource, HeadFile
 
 #: The target's own sources, each made from its (validated) file before the load.
 _OWN: tuple[Callable[[Path], DraftSource], ...] = (mtp.TargetHeads.of_file,)
 #: What a library summary of a file says of each kind of source, as (label, text) rows.
-_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe, gemma4.describe)
+_DESCRIBE: tuple[Callable[[dict], list[tuple[str, str]]], ...] = (mtp.describe, heads.describe)
 #: What drafts for a target with no draft file, in a few words (None: nothing of its own).
 _ALONE: tuple[Callable[[dict], str | None], ...] = (mtp.drafts_alone,)
 
 
-#: The draft files that are heads of their target, by architecture.
-_HEADS: dict[str, HeadFile] = {gemma4.HEAD.arch: gemma4.HEAD}
+#: The draft files that are heads of another model, by architecture (their fit to a target:
+#: library/gguf/heads.py).
+_HEADS: dict[str, HeadFile] = {h.arch: h for h in (*heads.HEADS, gemma4.HEAD)}
 
 
 def head_file(path: Path) -> HeadFile | None:
-    """What the (validated) draft file ``path`` is, where it is a head of its target
+    """What the (validated) draft file ``path`` is, where it is a head of another model
     rather than a model of its own; None for a draft model."""
     return _HEADS.get(validate_gguf(path).architecture or "")
 

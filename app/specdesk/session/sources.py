@@ -83,15 +83,15 @@ class DraftSource(Protocol):
 
 @dataclass(frozen=True)
 class HeadFile:
-    """A kind of draft file that is a head of its target rather than a model of its own
-    (a Gemma 4 assistant): ``check`` says why a pair does not fit, in a few words (None
-    when it does), from the two files alone, before llama.cpp sees them; ``context``
-    makes the head's context beside the loaded target's; ``source`` is the source made
-    of the loaded head (its LoadedModel, whose ``ctx`` that context is) and target."""
+    """A kind of draft file that is a head of another model rather than a model of its
+    own (an EAGLE-3 or DFlash head, a Gemma 4 assistant), by its architecture. Whether a
+    pair fits is the library's to say, from the two files alone
+    (``library.gguf.heads.head_problem``); ``context(model, target)`` makes the head's
+    context beside the loaded target; ``source(head, target)`` is the source made of the
+    loaded head (its LoadedModel, whose ``ctx`` that context is) and the target's."""
 
     arch: str
     what: str  # the file, in a few words ("a Gemma 4 assistant")
-    check: Callable
     context: Callable
     source: Callable
 

@@ -41,6 +41,11 @@ def missing_source_text(need: str) -> str:
     return f"no {need} is loaded"
 
 
+def head_as_target_text(name: str, what: str) -> str:
+    """Why a head of another model (``what``: "an EAGLE-3 head") cannot be loaded as a target."""
+    return f"{name} is {what}, a head of another model: load it as the draft (--draft) of the target it belongs to"
+
+
 def source_missing_text(proposer: str, need: str, in_draft_file: bool, without: Sequence[str]) -> str:
     """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded (from a
     draft file, or from the target's own file)."""

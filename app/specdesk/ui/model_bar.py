@@ -141,14 +141,13 @@ class ModelBar(QToolBar):
         ordered += [p for p in models if p not in ordered and p not in checked]
         # a model does not draft for itself: neither the loaded target nor the one shown
         chosen = {canonical(x) for x in (target, picked, self.path_of(self.target_combo)) if x is not None}
-        heads = {canonical(c.path): c.head for c in pairing if c.compatible and c.head}
+        heads = {canonical(c.path): c for c in pairing if c.head}  # what each head is, and the target it reads
         for p in ordered:
             if p in chosen:
                 continue
-            combo.addItem(name_of(p) + (f" — {heads[p]}" if p in heads else ""), path_value(p))
-            tip = "compatible: shares the target's vocabulary" if pairing else str(p)
-            if p in heads:
-                tip = f"{heads[p]} for this target: it reads the target's own state and shares its cache"
+            head = heads.get(p)
+            combo.addItem(f"{name_of(p)} — {head.head_label}" if head else name_of(p), path_value(p))
+            tip = head.head if head else "compatible: shares the target's vocabulary" if pairing else str(p)
             combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         for c in pairing:
             if not c.translated:

@@ -13,9 +13,11 @@ import os
 import gguf
 
 from .arrays import GGUFArray, StringArray
+from ...errors import ModelFileError
 from .estimate import estimate_memory, md_int
+from .header import GGUFFile
+from .heads import head_summary, head_what
 from .hybrid import recurrent_shape
-from .gemma4 import TARGET as GEMMA4, is_assistant
 from .mtp import mtp_heads
 from .split import merged, read_model
 from .rules import HYBRID_ARCHITECTURES, RECURRENT_ARCHITECTURES, K
@@ -87,10 +89,20 @@ def inspect_gguf(path: str | os.PathLike[str]) -> dict:
         "mtp_problem": mtp.problem if mtp.heads else None,
         # how it rolls back as a target and as a draft (specdesk.rules.rollback), with its state's size
         "rollback": rollback_summary(g),
-        # a Gemma 4 assistant: the target it drafts for (its architecture and width, the window it reads)
-        "assistant": {"target_architecture": GEMMA4, "target_width": md_int(g, key(K.LLM.EMBEDDING_LENGTH_OUT)),
-                      "window": md_int(g, key(K.Attention.SLIDING_WINDOW))} if is_assistant(g) else None,
+        # a head of another model (EAGLE-3, DFlash, a Gemma 4 assistant): what it is and which
+        # target it drafts for, or why it cannot draft
+        **_head(g),
     }
+
+
+def _head(g: GGUFFile) -> dict:
+    what = head_what(g)
+    if what is None:
+        return {"head": None, "head_problem": None}
+    try:
+        return {"head": head_summary(g), "head_problem": None}
+    except ModelFileError as e:
+        return {"head": what, "head_problem": str(e)}
 
 
 def rollback_summary(g) -> dict:

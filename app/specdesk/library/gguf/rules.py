@@ -15,10 +15,14 @@ from .spec import VT
 #: Architectures llama.cpp can load as a main model. gguf-py's MODEL_ARCH_NAMES mirrors
 #: llama.cpp's LLM_ARCH_NAMES; "clip" is only a vision projector ("CLIP cannot be used
 #: as main model"). The agreement test checks every name against the installed libllama.
-#: Architectures llama-cpp-python 0.3.36's llama.cpp loads (src/llama-arch.cpp) that the gguf package pinned
-#: beside it does not name yet.
-NEWER_ARCHITECTURES = frozenset({"gemma4-assistant"})
-SUPPORTED_ARCHITECTURES: frozenset[str] = (frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}) | NEWER_ARCHITECTURES
+#: Files that are heads of another model rather than models of their own (library/gguf/heads.py):
+#: EAGLE-3 and DFlash heads read a target's layer inputs, through its context (``ctx_other``),
+#: with its embeddings and output; a Gemma 4 assistant's blocks are all NextN blocks run on the
+#: target's states and KV cache. llama.cpp loads them as drafts only; the gguf package SpecDesk
+#: pins does not name them yet.
+LAYER_INPUT_HEADS = frozenset({"eagle3", "dflash"})
+HEAD_ARCHITECTURES = LAYER_INPUT_HEADS | {"gemma4-assistant"}
+SUPPORTED_ARCHITECTURES: frozenset[str] = (frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}) | HEAD_ARCHITECTURES
 
 #: Recurrent architectures (llama.cpp's llm_arch_is_recurrent): their state is not a
 #: KV cache of positions, so llama_memory_seq_rm cannot drop the last few positions.
@@ -37,9 +41,6 @@ CHECKED_RECURRENT_ARCHITECTURES = frozenset({"qwen35"})
 #: roll back (snapshots, or checkpoints of its state: rules.rollback), but a malformed
 #: file of one aborts llama.cpp where SpecDesk does not check its tensors first.
 REFUSED_RECURRENT_ARCHITECTURES = (RECURRENT_ARCHITECTURES | HYBRID_ARCHITECTURES) - CHECKED_RECURRENT_ARCHITECTURES
-#: Files of heads that run on another model's states (a Gemma 4 assistant: every block a
-#: NextN block, llama.cpp's graph for it runs no trunk of its own).
-HEAD_ARCHITECTURES = frozenset({"gemma4-assistant"})
 
 #: tokenizer.ggml.model values llama.cpp knows ("unknown tokenizer" otherwise).
 TOKENIZER_MODELS = frozenset({"no_vocab", "none", "llama", "bert", "gpt2", "t5", "rwkv", "plamo2"})

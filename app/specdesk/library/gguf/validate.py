@@ -32,6 +32,7 @@ from ...rules.kv import head_dims
 from .arrays import StringArray, is_array
 from .gemma4 import CHECKS as GEMMA4_CHECKS
 from .header import GGUFFile, TensorInfo
+from .heads import check_head
 from .hybrid import CHECKED_HYBRIDS, check_layout
 from .split import merged, read_model, split_parts
 from .rules import (
@@ -45,6 +46,7 @@ from .rules import (
     GENERAL_KEY_TYPES,
     HEAD_SIZES_ASSERTED,
     CHECKED_RECURRENT_ARCHITECTURES,
+    LAYER_INPUT_HEADS,
     HYBRID_ARCHITECTURES,
     INT_ARRAY_TYPES,
     MTP_ONLY_PROBE_ARCHS,
@@ -175,6 +177,8 @@ class _Validator:
         self.check_vocab()
         self.check_tensors()
         self.check_architecture_rules()
+        if self.arch in LAYER_INPUT_HEADS:
+            check_head(self.g)
 
     def check_layout(self, g: GGUFFile) -> None:
         """llama.cpp requires tensor data in header order, each padded to the alignment
@@ -353,9 +357,9 @@ class _Validator:
         """
         names = {t.name: t for t in self.g.tensors}
         embd = names.get("token_embd.weight")
-        if embd is None:
+        if embd is None and self.arch not in LAYER_INPUT_HEADS:  # a head may use its target's (ctx_other)
             raise self.fail("missing tensor 'token_embd.weight'")
-        if self.arch not in EMBD_SHAPE_EXEMPT:
+        if embd is not None and self.arch not in EMBD_SHAPE_EXEMPT:
             if embd.shape[0] != self.n_embd:
                 raise self.fail(f"token_embd.weight has rows of {_n(embd.shape[0])} but the embedding length is {_n(self.n_embd)}")
             if self.n_vocab is not None:
@@ -363,7 +367,7 @@ class _Validator:
                     cols = embd.shape[1] if len(embd.shape) > 1 else 1
                     raise self.fail(f"token_embd.weight has {_n(cols)} rows but the vocabulary has {_n(self.n_vocab)} tokens")
                 out = names.get("output.weight")
-                if out is not None and (len(out.shape) < 2 or out.shape[1] != self.n_vocab):
+                if out is not None and self.arch not in LAYER_INPUT_HEADS and (len(out.shape) < 2 or out.shape[1] != self.n_vocab):
                     raise self.fail(f"output.weight does not match the vocabulary of {_n(self.n_vocab)} tokens")
         layers: set[int] = set()
         for name in names:

@@ -1,7 +1,9 @@
 """Proposers: where draft tokens come from. One small interface, one file each."""
 
 from .base import EMPTY_DRAFT, Budget, Draft, Proposer, Source, lookup_sources, model_sources, register_source
+from .dflash import DFlashBackend, DFlashProposer
 from .draft_model import DraftModelProposer
+from .eagle3 import Eagle3Proposer
 from .gemma4_assistant import AssistantBackend, Gemma4AssistantProposer
 from .history import HistoryIndex, HistoryProposer
 from .hybrid import HybridProposer
@@ -21,6 +23,9 @@ __all__ = [
     "Tokenizer",
     "TranslatedDraftProposer",
     "Budget",
+    "DFlashBackend",
+    "DFlashProposer",
+    "Eagle3Proposer",
     "Draft",
     "DraftModelProposer",
     "AssistantBackend",

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend import common_prefix_length
 from ..sampling import SamplingParams, TopToken
-from .base import EMPTY_DRAFT, MTP, Budget, Draft, DraftTokens, row_reader
+from .base import EMPTY_DRAFT, MTP, Budget, Draft, DraftTokens, Source, row_reader
 
 T = TypeVar("T")
 
@@ -73,14 +73,15 @@ class MtpProposer:
     """Greedy at temperature 0 (stopping early below ``p_min``, llama.cpp's
     --draft-p-min, which its MTP driver applies too), sampling with q above it."""
 
-    name = SOURCE
     drafts = True
 
-    def __init__(self, heads: MtpBackend, n_vocab_target: int, p_min: float = 0.75) -> None:
+    def __init__(self, heads: MtpBackend, n_vocab_target: int, p_min: float = 0.75, source: Source = SOURCE) -> None:
         if not 0.0 <= p_min < 1.0:
             raise ValueError(f"p-min must be in [0, 1), got {p_min}")
         self.heads = heads
         self.p_min = p_min
+        #: the source its drafts carry (heads of other kinds that draft this way: eagle3)
+        self.source = source
         self.n_common = min(heads.n_vocab, n_vocab_target)
         self._top = TopToken(p_min)
         self._drafted_at: int | None = None  # len(seq) when the heads last drafted
@@ -92,7 +93,7 @@ class MtpProposer:
     def prepare(self, prompt: Sequence[int], budget: Budget) -> int:
         """During the prompt phase: the heads read the prompt (but its last token)
         beside the target, unless auto would not draft."""
-        if len(prompt) > 1 and budget(SOURCE, 1) > 0:
+        if len(prompt) > 1 and budget(self.source, 1) > 0:
             self.heads.prefill(list(prompt[:-1]), logits=False)
             self._drafted_at = len(prompt)  # in step with the target, as after a draft
             return self.heads.last_prefill_evaluated
@@ -109,7 +110,7 @@ class MtpProposer:
 
     def propose(self, seq: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator) -> Draft:
         synced = self.catch_up(seq)
-        k = budget(SOURCE, synced)
+        k = budget(self.source, synced)
         k = min(k, self.heads.n_ctx - len(seq) + 1)
         if self.heads.max_draft is not None:
             k = min(k, self.heads.max_draft)
@@ -126,7 +127,7 @@ class MtpProposer:
                 break
             if i + 1 < k:
                 out = self.heads.eval([t], fn=pick)
-        return drafted.draft(SOURCE, synced=synced)
+        return drafted.draft(self.source, synced=synced)
 
     def reset(self) -> None:
         self.heads.rollback(0)

@@ -53,6 +53,10 @@ class Need:
 DRAFT_MODEL = Need("draft model")
 #: The target's own multi-token-prediction (NextN) heads, from the target's file.
 MTP_HEADS = Need("MTP heads", in_draft_file=False)
+#: An EAGLE-3 head (a draft file of architecture eagle3) reading the target's layers.
+EAGLE3_HEAD = Need("EAGLE-3 head")
+#: A DFlash head (a draft file of architecture dflash) reading the target's layers.
+DFLASH_HEAD = Need("DFlash head")
 #: A Gemma 4 assistant (a ``gemma4-assistant`` GGUF as the draft file): it shares the target's KV cache.
 GEMMA4_ASSISTANT = Need("Gemma 4 assistant")
 
@@ -131,10 +135,6 @@ def _mtp(parts: Parts) -> Proposer:
     return parts.source(MTP_HEADS)
 
 
-def _gemma4_assistant(parts: Parts) -> Proposer:
-    return parts.source(GEMMA4_ASSISTANT)
-
-
 KINDS: tuple[ProposerKind, ...] = (
     ProposerKind(
         "draft", label="Draft model", build=_draft, sources=("draft",), needs=DRAFT_MODEL, default=True,
@@ -164,8 +164,18 @@ KINDS: tuple[ProposerKind, ...] = (
         presets=(Preset("k=4"), Preset("auto")),
     ),
     ProposerKind(
+        "eagle3", label="EAGLE-3 head (a draft file reading the target's layers)",
+        build=lambda parts: parts.source(EAGLE3_HEAD), sources=("eagle3",), needs=EAGLE3_HEAD,
+        presets=(Preset("k=3", checked=True), Preset("auto", checked=True)),
+    ),
+    ProposerKind(
+        "dflash", label="DFlash head (a draft file drafting a block at once)",
+        build=lambda parts: parts.source(DFLASH_HEAD), sources=("dflash",), needs=DFLASH_HEAD,
+        presets=(Preset("k=3", checked=True), Preset("auto", checked=True)),
+    ),
+    ProposerKind(
         "gemma4-assistant", label="A Gemma 4 assistant (the draft file; it shares the target's cache)",
-        build=_gemma4_assistant, sources=("gemma4-assistant",), needs=GEMMA4_ASSISTANT,
+        build=lambda parts: parts.source(GEMMA4_ASSISTANT), sources=("gemma4-assistant",), needs=GEMMA4_ASSISTANT,
         presets=(Preset("k=4"), Preset("auto")),
     ),
     ProposerKind("none", label="None (target alone)", build=lambda parts: NoProposer(), baseline=True),
