@@ -78,7 +78,8 @@ def test_every_choice_is_answered_by_the_session_from_what_it_has():
         if need is None:
             assert why is None, name
         elif need.in_draft_file:
-            assert why == f"the {name} proposer needs a {need}; load one or use ngram or ngram+history or none"
+            article = "an" if str(need)[0] in "AEIOUaeiou" else "a"  # an EAGLE-3 head, a draft model
+            assert why == f"the {name} proposer needs {article} {need}; load one or use ngram or ngram+history or none"
         else:
             assert "target's own" in why and name in why
     with pytest.raises(SpecDeskError, match="needs a draft model"):

@@ -73,7 +73,8 @@ class _HeadContext:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = target.threads
         params.no_perf = True
-        params.ctx_other = target.ptr
+        other = target.ptr  # the target's context: the head reads its layer inputs, embeddings and output
+        params.ctx_other = other
         with deferred_interrupt() as interrupted, capture_buffers() as buffers:
             ctx = llama_cpp.llama_init_from_model(model.ptr, params)
             if interrupted[0] and ctx:

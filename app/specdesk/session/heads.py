@@ -8,22 +8,37 @@ pair fits is checked from both headers before llama.cpp sees either
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from ..engine.heads import DFlashHeads, Eagle3Heads
 from ..library.gguf import validate_gguf
 from ..library.gguf.heads import HEAD_FILES, HeadInfo, head_info
+from ..library.gguf.rules import DFLASH_ARCH, EAGLE3_ARCH
 from ..speculative.backend import common_prefix_length
 from ..speculative.proposers import DFlashProposer, Eagle3Proposer, Proposer
 from ..speculative.proposers.base import DFLASH, EAGLE3, Source
-from ..speculative.proposers.registry import DFLASH_HEAD, EAGLE3_HEAD
+from ..speculative.proposers.registry import DFLASH_HEAD, EAGLE3_HEAD, Need
 from ..system.memory import ModelMemory
 from .config import GenerationConfig
 from .sources import HeadFile, warm_up_tokens
 
-#: kind -> (the need it answers, the source its drafts carry, its context, its proposer)
-KINDS = {
-    "eagle3": (EAGLE3_HEAD, EAGLE3, Eagle3Heads, Eagle3Proposer),
-    "dflash": (DFLASH_HEAD, DFLASH, DFlashHeads, DFlashProposer),
+@dataclass(frozen=True)
+class _Kind:
+    need: Need  # the registry's need it answers
+    source: Source  # the source its drafts carry
+    context: Callable  # its context, beside the target's
+    proposer: Callable
+    #: positions it holds before the k drafted ones after a fully accepted step: an EAGLE-3
+    #: head the pairs before them (it never keeps drafted positions), a DFlash head the
+    #: features of the positions the target had decoded when it drafted
+    behind: int
+    block: bool  # it drafts a block at once (DFlash), else a token at a time after a prefill (EAGLE-3)
+
+
+KINDS: dict[str, _Kind] = {
+    EAGLE3_ARCH: _Kind(EAGLE3_HEAD, EAGLE3, Eagle3Heads, Eagle3Proposer, behind=1, block=False),
+    DFLASH_ARCH: _Kind(DFLASH_HEAD, DFLASH, DFlashHeads, DFlashProposer, behind=2, block=True),
 }
 
 
@@ -33,7 +48,8 @@ class DraftHead:
 
     def __init__(self, loaded, target) -> None:
         self.info: HeadInfo = head_info(validate_gguf(loaded.spec.path))
-        self.need, self._source, _, self._make = KINDS[self.info.kind]
+        self.kind = KINDS[self.info.kind]
+        self.need = self.kind.need
         self.loaded, self.target = loaded, target
 
     @property
@@ -42,13 +58,13 @@ class DraftHead:
 
     @property
     def source(self) -> Source:
-        return self._source
+        return self.kind.source
 
     def refusal(self) -> str | None:
         return None
 
     def proposer(self, config: GenerationConfig) -> Proposer:
-        return self._make(self.heads, self.target.model.n_vocab, p_min=config.p_min)
+        return self.kind.proposer(self.heads, self.target.model.n_vocab, p_min=config.p_min)
 
     def use(self) -> None:
         """The target keeps the inputs of the head's layers from now on."""
@@ -62,7 +78,7 @@ class DraftHead:
         drafted tokens (it never keeps drafted positions), a DFlash head the features of
         the positions the target had decoded when it drafted."""
         h = self.heads
-        held = n_seq - 1 - k if self.info.kind == "eagle3" else n_seq - 2 - k
+        held = n_seq - self.kind.behind - k
         h.rollback(max(0, min(len(h.history), held)))
 
     def holds(self) -> tuple[int, ...] | None:
@@ -86,11 +102,11 @@ class DraftHead:
             if len(seq) + 1 <= min(h.n_ctx, t.ctx.n_ctx):
                 with t.ctx.untimed():
                     t.ctx.prefill(seq[:-1], logits=False)
-                    if self.info.kind == "eagle3":
+                    if self.kind.block:
+                        h.block(seq, max(1, min(3, h.max_draft)))
+                    else:
                         h.prefill(seq)
                         h.eval([seq[-1]])
-                    else:
-                        h.block(seq, max(1, min(3, h.max_draft)))
         finally:
             h.rollback(common_prefix_length(h.history, h0))
             t.ctx.rollback(p0)
@@ -119,12 +135,12 @@ def describe(info: dict) -> list[tuple[str, str]]:
     return [("Draft head", f"{info['head']}, unusable: {problem}" if problem else info["head"])]
 
 
-def _file(kind: str) -> HeadFile:
-    make = KINDS[kind][2]
-    return HeadFile(kind, HEAD_FILES[kind][0], lambda model, target: make(model, target.ctx), DraftHead)
+def _file(arch: str) -> HeadFile:
+    make = KINDS[arch].context
+    return HeadFile(arch, HEAD_FILES[arch][0], lambda model, target: make(model, target.ctx), DraftHead)
 
 
 #: The draft files this module loads, for session/source_table.py.
-HEADS: tuple[HeadFile, ...] = (_file("eagle3"), _file("dflash"))
+HEADS: tuple[HeadFile, ...] = tuple(_file(arch) for arch in KINDS)
 
 __all__ = ["describe", "DraftHead", "HEADS", "KINDS"]

@@ -50,7 +50,8 @@ def source_missing_text(proposer: str, need: str, in_draft_file: bool, without: 
     """Why ``proposer`` cannot run: it drafts with a ``need`` that is not loaded (from a
     draft file, or from the target's own file)."""
     if in_draft_file:
-        return f"the {proposer} proposer needs a {need}; load one or use {' or '.join(without)}"
+        article = "an" if need[:1].lower() in "aeiou" else "a"  # an EAGLE-3 head, a draft model
+        return f"the {proposer} proposer needs {article} {need}; load one or use {' or '.join(without)}"
     return f"the {proposer} proposer drafts with the target's own {need}, and this target has none; use {' or '.join(without)}"
 
 

@@ -24,13 +24,13 @@ from ...errors import ModelFileError
 from .estimate import md_int
 from .gemma4 import ASSISTANT, TARGET, is_assistant, pair_problem
 from .header import GGUFFile
-from .rules import LAYER_INPUT_HEADS, K
+from .rules import DFLASH_ARCH, EAGLE3_ARCH, LAYER_INPUT_HEADS, K
 from .text import label as _label
 from .text import show as _show
 
 #: The head architectures' names in words, and with their article.
-HEAD_NAMES: dict[str, str] = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
-_ARTICLES: dict[str, str] = {"eagle3": "an", "dflash": "a"}
+HEAD_NAMES: dict[str, str] = {EAGLE3_ARCH: "EAGLE-3", DFLASH_ARCH: "DFlash"}
+_ARTICLES: dict[str, str] = {EAGLE3_ARCH: "an", DFLASH_ARCH: "a"}
 
 #: Target architectures whose graph sets ``t_layer_inp`` for every layer (the vendored
 #: src/models/*.cpp): the targets a head can read. Elsewhere llama.cpp aborts.
@@ -75,7 +75,7 @@ class HeadInfo:
         what = f"{self.label} draft head for a target {self.target_width} wide (reads its layers {layers})"
         if self.base_model:
             what += f", trained for {self.base_model}"
-        if self.kind == "dflash":
+        if self.kind == DFLASH_ARCH:
             what += f"; drafts up to {self.block_size - 1} tokens a block"
         return what
 
@@ -128,7 +128,7 @@ def check_head(g: GGUFFile) -> HeadInfo:
     base = g.metadata.get("general.base_model.0.name")
     common = dict(layers=tuple(layers), n_embd=n_embd, n_vocab=n_vocab, own_embeddings="token_embd.weight" in names,
                   own_output=own_output, base_model=base if isinstance(base, str) else "")
-    if kind == "eagle3":
+    if kind == EAGLE3_ARCH:
         return _check_eagle3(g, fc, common)
     return _check_dflash(g, names, fc, common)
 
@@ -157,7 +157,7 @@ def _check_d2t(g: GGUFFile, names: dict, own_output: bool) -> None:
 
 
 def _check_eagle3(g: GGUFFile, fc, common: dict) -> HeadInfo:
-    n_layer = md_int(g, K.LLM.BLOCK_COUNT.format(arch="eagle3")) or 0
+    n_layer = md_int(g, K.LLM.BLOCK_COUNT.format(arch=EAGLE3_ARCH)) or 0
     if n_layer != 1:
         raise _fail(g, f"an EAGLE-3 head has one decoder layer; this one declares {n_layer} (llama.cpp asserts it: an abort)")
     if len(common["layers"]) != 3:
@@ -168,11 +168,11 @@ def _check_eagle3(g: GGUFFile, fc, common: dict) -> HeadInfo:
     if len(fc.shape) != 2 or fc.shape[0] != 3 * width:
         raise _fail(g, f"tensor 'fc.weight' has shape {list(fc.shape)}; 3 layers of a target {width} wide need "
                        f"[{3 * width}, {common['n_embd']}]")
-    return HeadInfo("eagle3", target_width=width, **common)
+    return HeadInfo(EAGLE3_ARCH, target_width=width, **common)
 
 
 def _check_dflash(g: GGUFFile, names: dict, fc, common: dict) -> HeadInfo:
-    if md_int(g, K.LLM.EXPERT_COUNT.format(arch="dflash")) or "markov_w1.weight" in names \
+    if md_int(g, K.LLM.EXPERT_COUNT.format(arch=DFLASH_ARCH)) or "markov_w1.weight" in names \
             or g.metadata.get("dflash.hyper_connection_count") is not None:
         raise _fail(g, "this is a DSpark / DeepSeek-V4 variant of DFlash, which SpecDesk does not run")
     block = g.metadata.get("dflash.block_size", 16)
@@ -202,7 +202,7 @@ def _check_dflash(g: GGUFFile, names: dict, fc, common: dict) -> HeadInfo:
     if not isinstance(mask, int) or isinstance(mask, bool) or not 0 <= mask < common["n_vocab"]:
         raise _fail(g, "this DFlash head names no mask token in its vocabulary (tokenizer.ggml.mask_token_id), "
                        "which its blocks are made of")
-    return HeadInfo("dflash", target_width=n_embd, block_size=int(block), selector_top_k=max(0, top_k), **common)
+    return HeadInfo(DFLASH_ARCH, target_width=n_embd, block_size=int(block), selector_top_k=max(0, top_k), **common)
 
 
 def check_head_pair(head: GGUFFile, target: GGUFFile, info: HeadInfo | None = None) -> HeadInfo:
@@ -242,8 +242,8 @@ def check_head_pair(head: GGUFFile, target: GGUFFile, info: HeadInfo | None = No
 #: Each kind of head file, by the draft file's architecture: (what it is, with its article;
 #: its label in a list of drafts).
 HEAD_FILES: dict[str, tuple[str, str]] = {
-    "eagle3": ("an EAGLE-3 head", "EAGLE-3 head"),
-    "dflash": ("a DFlash head", "DFlash head"),
+    EAGLE3_ARCH: ("an EAGLE-3 head", "EAGLE-3 head"),
+    DFLASH_ARCH: ("a DFlash head", "DFlash head"),
     ASSISTANT: ("a Gemma 4 assistant", "Gemma 4 assistant"),
 }
 

@@ -20,7 +20,8 @@ from .spec import VT
 #: with its embeddings and output; a Gemma 4 assistant's blocks are all NextN blocks run on the
 #: target's states and KV cache. llama.cpp loads them as drafts only; the gguf package SpecDesk
 #: pins does not name them yet.
-LAYER_INPUT_HEADS = frozenset({"eagle3", "dflash"})
+EAGLE3_ARCH, DFLASH_ARCH = "eagle3", "dflash"
+LAYER_INPUT_HEADS = frozenset({EAGLE3_ARCH, DFLASH_ARCH})
 HEAD_ARCHITECTURES = LAYER_INPUT_HEADS | {"gemma4-assistant"}
 SUPPORTED_ARCHITECTURES: frozenset[str] = (frozenset(gguf.MODEL_ARCH_NAMES.values()) - {"clip"}) | HEAD_ARCHITECTURES
 

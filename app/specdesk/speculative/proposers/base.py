@@ -65,9 +65,9 @@ MTP = Source("mtp", model=True, code="m", label="MTP heads", colour="#ffd8e8", w
 NGRAM = Source("ngram", lookup=True, code="n", label="lookup", colour="#ddd0ff", what="n-gram prompt lookup")
 HISTORY = Source("history", lookup=True, code="h", label="history", colour="#ffe8a8", what="an earlier turn")
 EAGLE3 = Source("eagle3", model=True, code="e", label="EAGLE-3 head", colour="#ffe0c4",
-                what="an EAGLE-3 head reading the target's layers")
+                what="an EAGLE-3 head")
 DFLASH = Source("dflash", model=True, code="f", label="DFlash head", colour="#d4f0c4",
-                what="a DFlash head reading the target's layers, a block at once")
+                what="a DFlash head")
 SOURCES: dict[str, Source] = {s: s for s in (DRAFT, TRANSLATED, MTP, NGRAM, HISTORY, EAGLE3, DFLASH)}
 #: A timeline's letter for a token no source supplied (a plain target step).
 NO_SOURCE_CODE = "-"
