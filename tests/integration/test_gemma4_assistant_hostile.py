@@ -22,7 +22,8 @@ from gguf import GGUFValueType as VT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "gguf"))
-from assistant_pair_worker import CRASHED, TIMEOUT, run_pairs  # noqa: E402
+from head_pair_worker import CRASHED, ERROR, TIMEOUT, run_pairs  # noqa: E402
+from isolated import EXITED  # noqa: E402
 from synth.gemma4_assistant import write_pair  # noqa: E402
 from synth.tiny_llama import rebuild_gguf  # noqa: E402
 
@@ -125,12 +126,13 @@ def hostile_pairs(tmp_path_factory):
 
 def test_no_hostile_pair_aborts_and_every_refusal_is_one_line(hostile_pairs, capsys):
     target, head, pairs = hostile_pairs
-    results = run_pairs([(str(target), str(head))] + [(t, h) for _, t, h in pairs])
+    kind = "gemma4-assistant"
+    results = run_pairs([(kind, str(target), str(head))] + [(kind, t, h) for _, t, h in pairs])
     assert results[0][0] == "ran-same", results[0]  # the unedited pair drafts
     tally: dict[str, int] = {}
     for (edits, _, _), (outcome, message) in zip(pairs, results[1:]):
         tally[outcome] = tally.get(outcome, 0) + 1
-        assert outcome not in (CRASHED, TIMEOUT), f"{outcome} on {edits}"
+        assert outcome not in (CRASHED, TIMEOUT, EXITED, ERROR), f"{outcome} on {edits}: {message}"
         assert outcome != "ran-different", f"a head that ran changed target alone's answer: {edits}"
         assert "\n" not in message and "Traceback" not in message, (edits, message)
     with capsys.disabled():

@@ -22,7 +22,8 @@ from specdesk.library.gguf import read_gguf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests" / "data" / "gguf"))
-from head_pair_worker import CRASHED, TIMEOUT, run_pairs  # noqa: E402
+from head_pair_worker import CRASHED, ERROR, REFUSED, TIMEOUT, run_pairs  # noqa: E402
+from isolated import EXITED  # noqa: E402
 from synth.heads import write_dflash_pair, write_eagle3_pair  # noqa: E402
 from synth.mutations import apply_mutations, header_fields, random_ops  # noqa: E402
 from synth.tiny_llama import TinySpec, rebuild_gguf, write_tiny_llama  # noqa: E402
@@ -76,7 +77,7 @@ def test_every_hostile_pair_is_refused_in_one_line_and_none_aborts(files):
     names = list(files)
     results = run_pairs([files[n] for n in names])
     for name, (status, msg) in zip(names, results):
-        assert status == "refused", (name, status, msg)
+        assert status == REFUSED, (name, status, msg)
         assert NEEDLES[name] in msg, (name, msg)
 
 
@@ -102,7 +103,7 @@ def test_mutated_heads_never_abort(tmp_path):
             mutant.write_bytes(apply_mutations(data, random_ops(rng, data, fields)))
             cases.append((kind, str(target), str(mutant)))
     results = run_pairs(cases)
-    bad = [(c[2], r) for c, r in zip(cases, results) if r[0] in (CRASHED, TIMEOUT, "error")]
+    bad = [(c[2], r) for c, r in zip(cases, results) if r[0] in (CRASHED, TIMEOUT, EXITED, ERROR)]
     assert not bad, bad
-    assert {r[0] for r in results} >= {"refused"}
-    print({s: sum(r[0] == s for r in results) for s in ("ran", "refused")})
+    assert {r[0] for r in results} >= {REFUSED}
+    print({s: sum(r[0] == s for r in results) for s in {r[0] for r in results}})
