@@ -60,6 +60,7 @@ from ..errors import ContextOverflowError, SpecDeskError
 from ..speculative.backend import common_prefix_length
 from .backend import deferred_interrupt
 from .context import Context
+from .hidden import TargetHiddenStates
 from .model import Buffer, Model, capture_buffers
 from .mtp import nextn_api
 from .rpc import check_alive, gone
@@ -137,41 +138,24 @@ class Gemma4Assistant:
         b.logits[0] = 1
         b.n_tokens = 1
         # the target's hidden state at each position, and the tokens they were computed after
-        self._h = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
-        self._h_tokens: list[int] = []
+        self.hidden = TargetHiddenStates(target, api, self.n_embd, self.n_ctx, "assistant")
         self._own = np.zeros(self.n_embd, dtype=np.float32)  # its own state after the last draft step
         self._p0: int | None = None  # the position it drafts at (the pending token's)
         self.native_seconds = 0.0
-        self.active = False
 
     # -- the target's side --------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.hidden.active
 
     def activate(self) -> None:
         """Make the target keep its hidden states; positions it holds whose state was
         never kept are evaluated again (rolled back)."""
-        if self.active:
-            return
-        self._api.llama_set_embeddings_nextn(self.target.ptr, True, False)
-        self.target.decode_observers.append(self._record)
-        self.active = True
-        self.target.rollback(common_prefix_length(self._h_tokens, self.target.history))
+        self.hidden.activate()
 
     def deactivate(self) -> None:
-        if not self.active:
-            return
-        self._api.llama_set_embeddings_nextn(self.target.ptr, False, False)
-        self.target.decode_observers.remove(self._record)
-        self.active = False
-
-    def _record(self, p0: int, tokens: Sequence[int]) -> None:
-        """After a decode of the target: its hidden-state rows, one per token."""
-        m = len(tokens)
-        ptr = self._api.llama_get_embeddings_nextn(self.target.ptr)
-        if not ptr:
-            raise SpecDeskError("llama.cpp kept no hidden states for the target's assistant")
-        self._h[p0 : p0 + m] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))
-        del self._h_tokens[p0:]
-        self._h_tokens.extend(map(int, tokens))
+        self.hidden.deactivate()
 
     # -- the AssistantBackend protocol ---------------------------------------------------
 
@@ -189,7 +173,7 @@ class Gemma4Assistant:
             raise ValueError("the assistant drafts after a state of the target: at least two tokens")
         if n - 1 != self.target.n_past or common_prefix_length(self.target.history, seq) < n - 1:
             raise SpecDeskError("the target does not hold the sequence the assistant drafts after")
-        if common_prefix_length(self._h_tokens, seq) < n - 1:
+        if not self.hidden.covers(seq, n - 1):
             raise SpecDeskError("the target's hidden states do not cover the sequence (activate the assistant first)")
         if n > self.n_ctx:
             raise ContextOverflowError(f"the context is full: {n} tokens do not fit in {self.n_ctx}")
@@ -197,7 +181,7 @@ class Gemma4Assistant:
         if llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self.target.ptr), 0) != n - 2:
             raise SpecDeskError("the target's cache does not hold the sequence the assistant drafts after")
         self._p0 = n - 1
-        return self._step(seq[-1], self._h[n - 2], fn)
+        return self._step(seq[-1], self.hidden.rows[n - 2], fn)
 
     def next(self, token: int, fn: Callable[[np.ndarray], T] | None = None) -> np.ndarray | T:
         """A further draft position: ``token`` (the last drafted) at the same position,

@@ -46,6 +46,7 @@ from ..speculative.backend import common_prefix_length
 from .backend import deferred_interrupt
 from .context import Context
 from .ext import bind
+from .hidden import TargetHiddenStates
 from .model import Buffer, Model, capture_buffers
 from .rpc import check_alive, gone
 
@@ -139,8 +140,7 @@ class MtpHeads:
             b.seq_id[i][0] = 0
         self._nseq[:] = 1
         # the target's hidden state at each position, and the tokens they were computed after
-        self._h = np.zeros((self._n_ctx, self.n_embd), dtype=np.float32)
-        self._h_tokens: list[int] = []
+        self.hidden = TargetHiddenStates(target, api, self.n_embd, self._n_ctx, "MTP heads")
         # the heads' own hidden state: the last one (one head), or one per draft step (chained heads)
         self._own = np.zeros((self.heads, self.n_embd), dtype=np.float32)
         self._zero = np.zeros(self.n_embd, dtype=np.float32)
@@ -149,37 +149,21 @@ class MtpHeads:
         self._drafted: list[int] = []  # positions after history, paired with the heads' own state
         self.native_seconds = 0.0
         self.last_prefill_evaluated = 0
-        self.active = False
         self._last_m = 1  # rows (every token's) of the last decode that asked for one
 
     # -- the target's side --------------------------------------------------------------
 
+    @property
+    def active(self) -> bool:
+        return self.hidden.active
+
     def activate(self) -> None:
         """Make the target keep its hidden states from now on; positions it holds whose
         state was never kept are evaluated again (rolled back)."""
-        if self.active:
-            return
-        self._api.llama_set_embeddings_nextn(self.target.ptr, True, False)
-        self.target.decode_observers.append(self._record)
-        self.active = True
-        self.target.rollback(common_prefix_length(self._h_tokens, self.target.history))
+        self.hidden.activate()
 
     def deactivate(self) -> None:
-        if not self.active:
-            return
-        self._api.llama_set_embeddings_nextn(self.target.ptr, False, False)
-        self.target.decode_observers.remove(self._record)
-        self.active = False
-
-    def _record(self, p0: int, tokens: Sequence[int]) -> None:
-        """After a decode of the target: its hidden-state rows, one per token (unmasked)."""
-        m = len(tokens)
-        ptr = self._api.llama_get_embeddings_nextn(self.target.ptr)
-        if not ptr:
-            raise SpecDeskError("llama.cpp kept no hidden states for the target's MTP heads")
-        self._h[p0 : p0 + m] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))
-        del self._h_tokens[p0:]
-        self._h_tokens.extend(map(int, tokens))
+        self.hidden.deactivate()
 
     # -- the MtpBackend protocol ---------------------------------------------------------
 
@@ -206,7 +190,7 @@ class MtpHeads:
         n = len(tokens)
         if n > self._n_ctx:
             raise ContextOverflowError(f"{n} tokens do not fit in a context of {self._n_ctx}")
-        if common_prefix_length(self._h_tokens, tokens) < n - 1:
+        if not self.hidden.covers(tokens, n - 1):
             raise SpecDeskError("the target's hidden states do not cover the sequence (MtpHeads.activate first)")
         keep = common_prefix_length(self.history, tokens)
         if logits and keep == n and keep > 0:
@@ -215,6 +199,7 @@ class MtpHeads:
         self.last_prefill_evaluated = n - keep
         if keep == n:
             return None
+        h = self.hidden.rows
         for head in (range(self.heads - 1, -1, -1) if self.heads > 1 else (0,)):
             # every head's KV layer gets the new positions; head 0 last, for the first draft token
             if self.heads > 1:
@@ -223,8 +208,7 @@ class MtpHeads:
             start = keep
             while start < n:
                 end = min(n, start + self._n_batch)
-                self._embd[0 : end - start] = self._h[start - 1 : end - 1] if start else np.vstack(
-                    [self._zero, self._h[0 : end - 1]])
+                self._embd[0 : end - start] = h[start - 1 : end - 1] if start else np.vstack([self._zero, h[0 : end - 1]])
                 self._decode(tokens[start:end], start, logits and end == n)
                 start = end
         self.history.extend(tokens[keep:])
@@ -250,7 +234,7 @@ class MtpHeads:
             # head i re-evaluates the pending token and the drafted ones, each with the state before it
             self._api.llama_set_nextn_layer_offset(self._ctx, i)
             self._seq_rm(p0)
-            self._embd[0] = self._h[p0 - 1] if p0 else self._zero
+            self._embd[0] = self.hidden.rows[p0 - 1] if p0 else self._zero
             self._embd[1 : i + 1] = self._own[0:i]
             self._decode([self.history[-1]] + self._drafted, p0, True)
             self._api.llama_set_nextn_layer_offset(self._ctx, 0)
@@ -291,7 +275,7 @@ class MtpHeads:
         finally:
             self.rollback(common_prefix_length(self.history, h0))
             target.rollback(p0)
-            del self._h_tokens[p0:]
+            self.hidden.forget(p0)
             self.native_seconds = native
         return time.perf_counter() - t0
 
