@@ -22,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_sampler_real import ALPHA, CONTROL_ALPHA, TARGET, _target_row0, chi_square, resample_from_p
+from test_sampler_real import TARGET, check_first_token_law
 
 from specdesk.session import GenerationConfig, ModelSpec, Session
-from specdesk.speculative import decoder as decoder_module
 from specdesk.speculative.controller import FixedK
 from specdesk.speculative.decoder import speculate
-from specdesk.speculative.sampling import warp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from synth.heads import write_dflash_pair, write_eagle3_pair  # noqa: E402
@@ -80,30 +78,8 @@ def _head_q(kind, session, prompt: list[int]) -> np.ndarray:
 def test_sampling_with_a_head_follows_the_batched_target_distribution(session, monkeypatch):
     kind, s = session
     prompt = s.raw_prompt("the of and to in is")
-    fill = s.raw_prompt(" that it for was", parse_special=False)
-    other = s.raw_prompt(" on are as with", parse_special=False)
     q = _head_q(kind, s, prompt)
-    lines = [f"{kind}: first token, target T={TARGET.temperature:g}"]
-    for k, n in SAMPLES.items():
-        row0 = _target_row0(s, prompt, fill[:k])
-        assert np.array_equal(row0, _target_row0(s, prompt, other[:k]))  # row 0 depends on the batch's size only
-        p = warp(row0, TARGET)
-        s.reset()
-        counts, drafted, accepted = _first_tokens(kind, s, prompt, k, n, SEED + k)
-        stat, df, pv = chi_square(counts, p)
-        _, df_q, pv_q = chi_square(counts, q)
-        tv = 0.5 * float(np.abs(p - q).sum())
-        lines.append(f"k={k}: n={n}, accepted {accepted}/{drafted}; vs batched p: chi2={stat:.1f}, df={df}, p={pv:.3g}; "
-                     f"vs the head's q: df={df_q}, p={pv_q:.3g} (TV {tv:.3f})")
-        assert 0 < accepted < drafted, lines[-1]  # both branches of the verifier
-        assert pv > ALPHA, lines[-1]
-        assert pv_q < CONTROL_ALPHA, lines[-1]
-
-    monkeypatch.setattr(decoder_module, "verify_stochastic", resample_from_p)
-    p1 = warp(_target_row0(s, prompt, fill[:1]), TARGET)
-    s.reset()
-    counts, _, _ = _first_tokens(kind, s, prompt, 1, BIASED_SAMPLES, SEED + 100)
-    stat, df, pv = chi_square(counts, p1)
-    lines.append(f"biased verifier, k=1: n={BIASED_SAMPLES}; chi2={stat:.1f}, df={df}, p={pv:.3g}")
-    print("\n" + "\n".join(lines))
-    assert pv < CONTROL_ALPHA, lines[-1]
+    draws = lambda k, n, seed: _first_tokens(kind, s, prompt, k, n, seed)
+    check_first_token_law(s, prompt, q, draws, monkeypatch, samples=SAMPLES, biased=BIASED_SAMPLES,
+                          seed=SEED, q_name="the head's q",
+                          header=f"{kind}: first token, target T={TARGET.temperature:g}")

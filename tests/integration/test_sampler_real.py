@@ -290,3 +290,37 @@ def test_speculative_sampling_follows_the_batched_target_distribution(smol_sessi
     print("\n" + "\n".join(lines))
     assert pv < CONTROL_ALPHA, lines[-1]
     target.check()
+
+
+def check_first_token_law(s, prompt: list[int], q: np.ndarray, first_tokens, monkeypatch, *, samples: dict[int, int],
+                          biased: int, seed: int, header: str, q_name: str) -> None:
+    """The first token a source's speculative sampling emits, drawn ``samples[k]`` times
+    at each k (``first_tokens(k, n, seed) -> (counts, drafted, accepted)``), follows the
+    target's batched distribution; it fails against the source's own ``q``, and a
+    verifier that resamples from p unconditionally fails too (the controls)."""
+    fill = s.raw_prompt(" that it for was", parse_special=False)
+    other = s.raw_prompt(" on are as with", parse_special=False)
+    lines = [header]
+    for k, n in samples.items():
+        row0 = _target_row0(s, prompt, fill[:k])
+        assert np.array_equal(row0, _target_row0(s, prompt, other[:k]))  # row 0 depends on the batch's size only
+        p = warp(row0, TARGET)
+        s.reset()
+        counts, drafted, accepted = first_tokens(k, n, seed + k)
+        stat, df, pv = chi_square(counts, p)
+        _, df_q, pv_q = chi_square(counts, q)
+        tv = 0.5 * float(np.abs(p - q).sum())
+        lines.append(f"k={k}: n={n}, accepted {accepted}/{drafted}; vs batched p: chi2={stat:.1f}, df={df}, p={pv:.3g}; "
+                     f"vs {q_name}: df={df_q}, p={pv_q:.3g} (TV {tv:.3f})")
+        assert 0 < accepted < drafted, lines[-1]  # both branches of the verifier
+        assert pv > ALPHA, lines[-1]
+        assert pv_q < CONTROL_ALPHA, lines[-1]
+
+    monkeypatch.setattr(decoder_module, "verify_stochastic", resample_from_p)
+    p1 = warp(_target_row0(s, prompt, fill[:1]), TARGET)
+    s.reset()
+    counts, _, _ = first_tokens(1, biased, seed + 100)
+    stat, df, pv = chi_square(counts, p1)
+    lines.append(f"biased verifier, k=1: n={biased}; chi2={stat:.1f}, df={df}, p={pv:.3g}")
+    print("\n" + "\n".join(lines))
+    assert pv < CONTROL_ALPHA, lines[-1]
