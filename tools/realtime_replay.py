@@ -207,12 +207,16 @@ def run_one(profile, config: str, *, model: Path = MODEL, tokens: int = 128, pro
     return res
 
 
+def drafted_ks(res: dict) -> list[int]:
+    """The k of each step of a run that drafted, in order."""
+    return [int(m.group(1)) for s in res["steps"] if s["drafted"] for m in [_K.search(s["decision"])] if m]
+
+
 def decisions(res: dict) -> dict:
     """auto's decisions in a run: steps that drafted, the longest k, the reasons."""
     steps = res["steps"]
-    ks = [int(m.group(1)) for s in steps if s["drafted"] for m in [_K.search(s["decision"])] if m]
-    return {"steps": len(steps), "drafting": sum(1 for s in steps if s["drafted"]), "longest_k": max(ks, default=0),
-            "reasons": res["stats"]["decisions"]}
+    return {"steps": len(steps), "drafting": sum(1 for s in steps if s["drafted"]),
+            "longest_k": max(drafted_ks(res), default=0), "reasons": res["stats"]["decisions"]}
 
 
 def run(profile, configs: list[str], *, rounds: int = 1, **kw) -> dict[str, list[dict]]:

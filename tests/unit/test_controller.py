@@ -8,7 +8,9 @@ from specdesk.speculative.controller import (
     CATCH_UP,
     CHEAPER,
     DEARER,
+    Decision,
     FIRST_STEP,
+    LONGER,
     PROBE,
     REFERENCE,
     Estimate,
@@ -109,7 +111,7 @@ def test_drafting_goes_on_through_a_change_of_load():
     before = auto.source_ratio("draft")[0]
     busy = machine(step=0.2, verify_per_token=0.02, draft_per_token=0.01)
     ds = _drive(auto, busy, 100)
-    assert all(d.reason in (CHEAPER, PROBE, REFERENCE) for d in ds)
+    assert all(d.reason in (CHEAPER, LONGER, PROBE, REFERENCE) for d in ds)
     assert any(d.reason == REFERENCE for d in ds)
     assert sum(1 for d in ds if d.k) >= 90
     assert abs(auto.target_alone()[0] - 0.2) < 0.02
@@ -195,6 +197,71 @@ def test_the_first_draft_is_short():
     assert 0 < auto.budget("draft", 2, 400) <= auto.first_draft_k
 
 
+def gpu(accept=1.0):
+    """Verifying is nearly flat and a draft token a twentieth of a step: a GPU's costs."""
+    return machine(step=0.01, verify_per_token=0.0003, draft_per_token=0.0005, accept=accept)
+
+
+def test_a_draft_all_kept_is_followed_by_a_longer_one():
+    """A draft that is always right, on a GPU's costs: after the first short probe each
+    draft all kept is followed by one four times longer, up to k_max (2, 8, 32), rather
+    than by the few tokens more that the estimated acceptance of positions never drafted
+    allows at each step (once 2, 3, 5, 7, 9, 9, 9, 9, 19: a 256-token answer was half
+    over before its drafts were long)."""
+    auto = AutoK()
+    _drive(auto, gpu(), auto.first_steps)
+    ds = _drive(auto, gpu(), 6)
+    assert [d.k for d in ds[:3]] == [2, 8, 32], [str(d) for d in ds]
+    assert ds[1].reason == ds[2].reason == LONGER and str(ds[1]) == "draft: k=8 longer, all accepted"
+    assert all(d.k == 32 for d in ds[2:])
+
+
+def six_kept():
+    """A GPU's verify, a draft token a fifth of a step, and only the first 6 tokens of
+    every draft kept: drafting 6 is the best k."""
+    m = machine(step=0.01, verify_per_token=0.0003, draft_per_token=0.002, accept=1.0)
+
+    def run(k):
+        emitted, step, verify, draft = m(k)
+        return min(emitted, 7), step, verify, draft
+    return run
+
+
+def test_no_longer_draft_below_where_a_draft_was_rejected():
+    """Once a longer draft showed where drafts stop being kept, a draft all kept below
+    that point is not followed by a longer one (the positions beyond were drafted, and
+    are estimated): k settles at 6 rather than swinging between 6 and 24."""
+    auto = AutoK()
+    _drive(auto, six_kept(), auto.first_steps)
+    ds = _drive(auto, six_kept(), 40)
+    assert [d.reason for d in ds].count(LONGER) == 1, [str(d) for d in ds]
+    assert {d.k for d in ds[-20:]} == {6}, [str(d) for d in ds[-20:]]
+
+
+def test_a_longer_draft_is_tried_only_where_drafting_pays_and_the_budget_affords_it():
+    # a CPU: no draft pays, every draft all kept: no draft longer than the first probe
+    cpu = machine(step=0.1, verify_per_token=0.077, draft_per_token=0.06, accept=1.0)
+    auto = AutoK()
+    ds = _drive(auto, cpu, 60)
+    assert all(d.reason != LONGER for d in ds) and max(d.k for d in ds) <= auto.first_draft_k
+    # a GPU, but the budget is spent: after the first probe, no longer draft
+    auto = AutoK()
+    ds = _drive(auto, gpu(), auto.first_steps + 1)
+    assert ds[-1].k == 2
+    auto.explore.charge(auto.allowance(400) + 1.0)
+    assert auto.budget("draft", 2, 400) < 8 and auto.take_decision().reason != LONGER
+
+
+def test_the_last_draft_of_an_answer_takes_the_tokens_left():
+    """Eight tokens left where the best k is 6: drafting 7 finishes the answer in one
+    step for less than the step the eighth would need on its own."""
+    auto = AutoK()
+    _drive(auto, six_kept(), 40)
+    assert auto.budget("draft", 2, 400) == 6
+    auto.take_decision()
+    assert auto.budget("draft", 2, 7) == 7
+
+
 def test_ngram_drafts_long_only_where_matches_are_long():
     auto = AutoK()
     _drive(auto, machine(), 3, source="ngram", hint=1)
@@ -272,6 +339,41 @@ def test_draft_proposer_reports_how_far_behind_it_is():
     prop.propose([1, 2, 3, 4, 5, 6, 7, 8, 9], lambda s, hint: seen.append(hint) or 0, SamplingParams(), np.random.default_rng(0))
     # it held 1..5 plus its own first drafted token: 4 new tokens to evaluate (from the 6th on), or 5 if its draft differed
     assert seen[1] in (4, 5)
+
+
+def test_a_one_off_inside_a_draft_is_not_taken_for_what_drafting_costs():
+    """One of a draft's eight decodes takes 0.5 s (a page fault, a GC pause) where the
+    others take 10 ms: the draft says what the one-off took beyond four times their
+    median, and auto prices drafting 8 without it (taken whole, it made every draft
+    length look dear on the H200 profile, and auto stopped for the rest of the answer)."""
+    import numpy as np
+    from fakes import FakeBackend, FakeClock, FakeModel
+    from specdesk.speculative.costmodel import FAR
+    from specdesk.speculative.proposers import DraftModelProposer
+    from specdesk.speculative.sampling import SamplingParams
+
+    calls = []
+
+    def cost(n):
+        calls.append(n)
+        return 0.5 if len(calls) == 5 else 0.01 * n
+    d = FakeBackend(FakeModel(seed=1), clock=FakeClock(), cost=cost)
+    prop = DraftModelProposer(d, d.n_vocab, p_min=0.0)
+    draft = prop.propose([1, 2, 3, 4, 5], lambda s, hint: 8, SamplingParams(), np.random.default_rng(0))
+    seconds, n = draft.steady
+    assert len(draft) == 8 and n >= 5
+    assert draft.oneoff == pytest.approx(0.5 - FAR * 0.01)
+    assert seconds == pytest.approx((n - 1) * 0.01 + FAR * 0.01)
+
+    auto = AutoK()
+    _drive(auto, machine(step=0.1), auto.first_steps)
+    k = auto.budget("draft", 1, 400)
+    auto.observe(StepCost("draft", None, k, k, 0.01 * (k + 1), 0.1, draft_synced=1, emitted=k + 1,
+                          step_seconds=0.1 + 0.01 * (k + 1), decision=auto.take_decision()))
+    auto.observe(StepCost("draft", None, 8, 8, 0.09 + draft.oneoff, 0.1, draft_synced=1, emitted=9,
+                          step_seconds=0.19 + draft.oneoff, draft_oneoff=draft.oneoff,
+                          decision=Decision(8, PROBE, "draft", "draft")))
+    assert auto.costs.draft_cost(8) == pytest.approx(0.09)
 
 
 def test_every_budget_leaves_a_decision_and_an_estimate():

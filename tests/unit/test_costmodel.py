@@ -80,3 +80,12 @@ def test_the_cost_tables_hold_a_far_first_measurement_out_of_the_prior():
     assert cm.draft_decode.n == 0
     cm.observe_draft_decode(0.004)
     assert cm.draft_decode.value == pytest.approx(0.004)
+
+
+def test_a_one_off_among_like_calls_is_what_it_took_beyond_far_times_their_median():
+    from specdesk.speculative.costmodel import FAR, one_off_excess
+
+    assert one_off_excess([0.01, 0.01, 0.5, 0.012]) == pytest.approx(0.5 - FAR * 0.012)
+    assert one_off_excess([0.01, 0.012, 0.011, 0.03]) == 0.0  # slower, not far
+    assert one_off_excess([0.01, 0.5]) == 0.0  # two calls cannot tell which is the odd one
+    assert one_off_excess([]) == 0.0

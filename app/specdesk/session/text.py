@@ -195,6 +195,7 @@ def slower_reason(st: Stats) -> str:
 #: Why auto drafts or not, by the reason of its last decision (a Decision.reason).
 _AUTO_WHY = {
     ctl.CHEAPER: "drafting was measured cheaper per token, so it drafts",
+    ctl.LONGER: "its last draft was all kept, so it tries a longer one, within its exploring budget",
     ctl.DEARER: "drafting was measured dearer per token, so it does not draft",
     ctl.PROBE: "not decided yet: it tries drafting, within its exploring budget",
     ctl.EXPLORE: "no draft length is estimated to pay; it tries one the estimate is unsure of, within its budget",

@@ -19,6 +19,7 @@ CATCH_UP = "catch-up too dear"  # the draft's catch-up costs more than drafting 
 PROBE = "probe"  # drafting where the estimate says it pays, within the budget, while the outcome is undecided
 EXPLORE = "explore"  # a k the estimate doubts but an optimistic view does not, within the budget
 CHEAPER = "measured cheaper"  # the source's drafting was measured cheaper per token than target alone
+LONGER = "longer, all accepted"  # the last draft was all accepted: a longer one, within the budget
 DEARER = "measured dearer"  # the source's drafting was measured dearer than target alone
 ESTIMATED = "estimated dearer"  # no k is estimated to pay for this arm now (prior and outcomes)
 BUDGET_SPENT = "probe budget spent"  # undecided, but exploring has cost its share
@@ -45,8 +46,8 @@ class Decision(NamedTuple):
         return f"{self.source}: {self.reason}" if self.source else self.reason
 
     def __str__(self) -> str:
-        if self.reason == CHEAPER:
-            what = f"k={self.k} {CHEAPER}"
+        if self.reason in (CHEAPER, LONGER):
+            what = f"k={self.k} {self.reason}"
         elif self.reason in (PROBE, EXPLORE):
             what = f"{self.reason} k={self.k}"
         elif self.reason == FIXED:
@@ -84,6 +85,8 @@ class StepCost(NamedTuple):
     verify_change_cost: float = float("nan")
     # The draft model's single-token decodes that kept their shape: (seconds, how many).
     draft_steady: tuple[float, int] = (0.0, 0)
+    # Of the draft's seconds, what one-offs among its decodes took (not what drafting costs).
+    draft_oneoff: float = 0.0
 
     @property
     def judged_drafted(self) -> int:

@@ -30,6 +30,17 @@ FAR = 4.0
 FAR_FIRST = 3.0
 
 
+def one_off_excess(seconds: list[float], far: float = FAR) -> float:
+    """Of the seconds of a run of like calls (a draft's single decodes of one shape),
+    what those more than ``far`` times the run's median took beyond that: a one-off
+    inside the run (a page fault, a GC pause, another process's burst), which one call's
+    total would otherwise take for what drafting costs. Needs three calls to tell."""
+    if len(seconds) < 3:
+        return 0.0
+    bar = far * sorted(seconds)[len(seconds) // 2]
+    return sum(x - bar for x in seconds if x > bar)
+
+
 class RunningCost:
     """Mean of the first measurements, then an exponential moving average.
 

@@ -275,7 +275,7 @@ class _Loop:
             step_seconds=t_step, draft_synced=draft.synced, decision=decision,
             verify_setup=self.target.last_batch_first, verify_reshape=self.target.last_reshape_seconds,
             verify_change_cost=self.target.reshape_cost,
-            draft_reshape=draft.reshape, draft_steady=draft.steady,
+            draft_reshape=draft.reshape, draft_steady=draft.steady, draft_oneoff=draft.oneoff,
         ))
         return drafted, accepted
 

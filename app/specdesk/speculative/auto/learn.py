@@ -20,7 +20,8 @@ class Measurements:
     changed the target's shape is taken less what the change cost; one whose change
     was not priced yet (NaN) is held until the target's change cost is known. The
     draft's calls are taken less their changes where priced (whole where not), its
-    steady single decodes on their own, and a catch-up's seconds apart."""
+    steady single decodes on their own, and a catch-up's seconds apart; a one-off
+    among the draft's decodes is no part of any."""
 
     def __init__(self, costs: Callable[[], CostModel], catch_up: Callable[[], RunningCost],
                  prior_catch_up_share: float) -> None:
@@ -88,7 +89,8 @@ class Measurements:
         s, n = cost.draft_steady
         if n:
             costs.observe_draft_decode(s / n)
-        seconds = cost.draft_seconds - (0.0 if math.isnan(cost.draft_reshape) else cost.draft_reshape)
+        seconds = (cost.draft_seconds - cost.draft_oneoff
+                   - (0.0 if math.isnan(cost.draft_reshape) else cost.draft_reshape))
         if cost.draft_synced <= 2:
             costs.observe_draft(cost.drafted, seconds)
             return 0.0
@@ -136,6 +138,8 @@ def observe(auto, cost: StepCost) -> None:
             pa = auto.acceptance[key] = PositionAcceptance()
         pa.record(cost.judged_drafted, cost.accepted)
         auto.prior.seen[key] = auto.prior.seen.get(key, 0) + 1
+        if d is not None and d.arm:
+            auto._all_kept[d.arm] = d.k if d.k and cost.accepted >= cost.drafted >= d.k else 0
     if cost.emitted <= 0 or cost.step_seconds <= 0:
         return
     k = d.k if d is not None and d.arm else 0

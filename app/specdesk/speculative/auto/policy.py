@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..controller import (BOUND, BUDGET_SPENT, CATCH_UP, CHEAPER, DEARER, ESTIMATED, EXPLORE, FIRST_STEP, LAST_TOKEN,
-                          PROBE, REFERENCE, Decision, Estimate, StepCost)
+                          LONGER, PROBE, REFERENCE, Decision, Estimate, StepCost)
 from ..costmodel import FAR, CostModel, PositionAcceptance, RunningCost
 from ..proposers.base import Source
 from . import learn, saved, view
@@ -62,6 +62,8 @@ class AutoK:
     # A k drafted last stays while another is estimated at most this much cheaper: each
     # change of k changes the verify batch's shape, which a GPU pays for.
     keep_k: float = 0.03
+    # A draft all kept may be followed by one this many times longer (see _longer).
+    grow: int = 4
     # A prefill more than this many times the catch-ups' price, or a drafting step more
     # than ``far_step`` times what the prior predicts, is held until the next of its kind
     # says whether it was a one-off (see .oneoff): the budget of a short answer is a few
@@ -80,6 +82,7 @@ class AutoK:
         self._keys: dict[tuple[str, int], str] = {}
         self._last_band: dict[str, int] = {}  # per arm: the band it last drafted in
         self._last_k: dict[str, int] = {}  # per arm: the k it last drafted
+        self._all_kept: dict[str, int] = {}  # per arm: the k of its last draft if every token was kept, else 0
         self._decision: Decision | None = None
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
         self._pending: dict[str, list[float]] = {}  # restored outcomes, until target alone is timed
@@ -172,6 +175,11 @@ class AutoK:
             at = self.prior.at(key, last, prior, c0)
             if at <= est * (1.0 + self.keep_k):
                 k, est = last, at
+        if k and est * self.margin < 1.0:
+            k = self._to_the_end(src, k, limit, prior, c0, refuted)
+        chosen = k
+        if k and est * self.margin < 1.0:
+            k = self._longer(src, key, k, kmax, k_max, prior, c0, refuted, limit)
         jk = judge_key(key, max(1, k))
         cheaper, d = self._judged(src, key, jk, t)
         if d is not None:
@@ -182,13 +190,50 @@ class AutoK:
                 return Decision(0, CATCH_UP, src, key)
             if cheaper:
                 self.judges.drafting.add(jk)
-                return Decision(k, CHEAPER, src, key)
-            return self._probe(src, key, k, behind, limit, c0)
+                return Decision(k, CHEAPER if k == chosen else LONGER, src, key)
+            d = self._probe(src, key, k, behind, limit, c0)
+            return d if not d.k or k == chosen else d._replace(reason=LONGER)
         if refuted and self.prior.estimated(src, key, kmax, k_max, prior, c0)[1] * self.margin < 1.0:
             return Decision(0, DEARER, src, key)  # what would pay was measured dearer
         if prior.bound >= 1.0:
             return Decision(0, BOUND, src, key)
         return self._explore(src, key, kmax, k_max, prior, c0, behind, limit, refuted)
+
+    def _to_the_end(self, src: Source, k: int, limit: int, prior: PriorRow, c0: float, refuted: set[int]) -> int:
+        """The answer's last draft: where drafting all of the ``limit`` tokens left
+        would finish the answer for less than a target step more than ``k`` is
+        predicted to cost, it drafts them all, rather than leave a few tokens for a
+        step of their own."""
+        steps = prior.steps
+        if k < limit < len(steps) and band(limit, src) not in refuted and steps[limit] - steps[k] < c0:
+            return limit
+        return k
+
+    def _longer(self, src: Source, key: str, k: int, kmax: int, k_max: int, prior: PriorRow, c0: float,
+                refuted: set[int], limit: int) -> int:
+        """Where the arm's last draft was all kept and was the longest it ever drafted, a
+        longer one, at most ``grow`` times that (a slow start, as TCP's): the k the hopeful row (an optimistic acceptance,
+        the costs as measured) estimates cheapest, or the longest shorter one the budget
+        affords at its worst (nothing kept beyond ``k``). Without it a draft that is
+        always right would reach a long k only as fast as the estimated acceptance of
+        positions never drafted creeps up, a few tokens a step, and a short answer would
+        be over before it got there; with it, 2, 8, 32."""
+        kept = self._all_kept.get(key, 0)
+        acc = self.acceptance.get(key)
+        if src.is_lookup or not kept or acc is None or kept < len(acc.reached):
+            return k  # not at the frontier: the positions beyond were drafted, and are estimated
+        if self.measured.target_stale(self.reference.t):
+            return k  # target alone was timed while something slowed it: what drafting won may be no win
+        cap = min(kmax, self.grow * kept, len(prior.steps) - 1)
+        if cap <= k:
+            return k
+        longer, _ = self.prior.estimated(src, key, cap, k_max, prior, c0, skip=refuted, hopeful=True)
+        allowance = self.allowance(limit)
+        steps = prior.steps
+        for n in range(longer, k, -1):
+            if band(n, src) not in refuted and self.explore.affords(max(0.0, steps[n] - steps[k]), allowance):
+                return n
+        return k
 
     def _judged(self, src: Source, key: str, jk: str, t: tuple[float, float]) -> tuple[bool, Decision | None]:
         """Whether the judge ``jk`` has drafting measured cheaper; or a decision to time

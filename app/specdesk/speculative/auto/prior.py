@@ -19,8 +19,10 @@ from .outcomes import band, source_of
 class PriorRow:
     """The component model's view of one arm, refreshed now and then: per k (index 0
     unused) the predicted cost per emitted token as a share of target alone's, at the
-    estimated acceptance and at an optimistic one; and the least a draft that is always
-    right could cost, as the same share (at or above 1: no draft can pay)."""
+    estimated acceptance and at an optimistic one (with the low prior slope for sizes
+    never measured); at the optimistic acceptance with the costs as measured (hopeful:
+    how far a draft that was all accepted may grow); and the least a draft that is
+    always right could cost, as the same share (at or above 1: no draft can pay)."""
 
     mean: list[float]
     optimistic: list[float] | None  # computed when first needed
@@ -28,6 +30,7 @@ class PriorRow:
     stamp: int  # the step it was computed at
     seen: int  # the arm's drafting steps then
     steps: list[float] = field(default_factory=list)  # per k, the predicted seconds of a step (its catch-up aside)
+    hopeful: list[float] | None = None  # computed when first needed
 
 
 class Prior:
@@ -85,7 +88,8 @@ class Prior:
         p = self.rows[key] = PriorRow(mean, None, bound, now, seen, steps)
         return p
 
-    def _row(self, source: Source, key: str, k_max: int, optimistic: bool) -> tuple[list[float], float, list[float]]:
+    def _row(self, source: Source, key: str, k_max: int, optimistic: bool,
+             hopeful: bool = False) -> tuple[list[float], float, list[float]]:
         # a share of the component model's own target step: the prior is consistent in
         # itself (if a slowed step inflates it, it errs towards trying, and the outcome,
         # against target alone's robust cost, judges)
@@ -97,7 +101,7 @@ class Prior:
         steps = [0.0]
         bound = math.inf
         e = reach = 1.0
-        for k, a in enumerate(acc.alphas(k_max, z=self.z if optimistic else 0.0), start=1):
+        for k, a in enumerate(acc.alphas(k_max, z=self.z if optimistic or hopeful else 0.0), start=1):
             reach *= a
             e += reach
             v = costs.verify_cost(k + 1, optimistic)
@@ -117,22 +121,28 @@ class Prior:
             p.optimistic = self._row(source, key, k_max, True)[0]
         return p.optimistic
 
+    def hopeful(self, source: Source, key: str, k_max: int, p: PriorRow) -> list[float]:
+        if p.hopeful is None:
+            p.hopeful = self._row(source, key, k_max, False, hopeful=True)[0]
+        return p.hopeful
+
     # -- the estimate --------------------------------------------------------------------
 
     def estimated(self, source: Source, key: str, kmax: int, k_max: int, p: PriorRow, c0: float,
-                  optimistic: bool = False, skip: Collection[int] = ()) -> tuple[int, float]:
+                  optimistic: bool = False, skip: Collection[int] = (), hopeful: bool = False) -> tuple[int, float]:
         """The k (1..kmax, outside the bands ``skip``) with the lowest estimated cost
         per token, as a share of target alone's ``c0``: the prior pooled with the arm's
         outcome where one was measured (with ``optimistic``, the optimistic prior and
-        the outcome less its interval)."""
+        the outcome less its interval; with ``hopeful``, the hopeful prior)."""
         # estimated again when the arm learnt something, its prior row was refreshed, or
         # target alone's cost moved by half a percent (not at every target step it times)
-        slot = (key, kmax, optimistic, tuple(sorted(skip)) if skip else ())
+        slot = (key, kmax, optimistic, tuple(sorted(skip)) if skip else (), hopeful)
         stamp = (self.judges.versions.get(key, 0), round(math.log(c0) * 200))
         hit = self._estimates.get(slot)
         if hit is not None and hit[0] is p and hit[1] == stamp:
             return hit[2]
-        row = self.optimistic(source, key, k_max, p) if optimistic else p.mean
+        row = (self.optimistic(source, key, k_max, p) if optimistic
+               else self.hopeful(source, key, k_max, p) if hopeful else p.mean)
         result = self._best(key, kmax, row, optimistic, c0, skip)
         self._estimates[slot] = (p, stamp, result)
         return result

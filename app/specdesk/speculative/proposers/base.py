@@ -119,6 +119,10 @@ class Draft:
     # ... and the seconds its decodes that changed the context's batch shape are taken
     # to have paid for the change (see speculative.shapes).
     reshape: float = 0.0
+    # Of the steady decodes' seconds, what one-offs took (a decode far dearer than the
+    # draft's others: a page fault, a GC pause, another process), not what drafting
+    # costs (see costmodel.one_off_excess); ``steady`` is without them.
+    oneoff: float = 0.0
 
     def __len__(self) -> int:
         return len(self.tokens)

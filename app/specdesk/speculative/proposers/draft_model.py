@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Backend, common_prefix_length
+from ..costmodel import one_off_excess
 from ..sampling import SamplingParams, TopToken
 from .base import DRAFT, EMPTY_DRAFT, Budget, Draft, DraftTokens, Source, row_reader
 
@@ -74,7 +75,7 @@ class DraftModelProposer:
         synced = ctx.last_prefill_evaluated
         reshape = ctx.last_reshape_seconds if synced else 0.0
         drafted = DraftTokens(params, rng, self.p_min)
-        steady, n_steady = 0.0, 0
+        steady: list[float] = []
         for i in range(k):
             t = drafted.take(out)
             if t is None:
@@ -85,9 +86,10 @@ class DraftModelProposer:
             if ctx.last_shape_changed:
                 reshape += ctx.last_reshape_seconds
             else:
-                steady += ctx.native_seconds - t0
-                n_steady += 1
-        return drafted.draft(self.source, synced=synced, steady=(steady, n_steady), reshape=reshape)
+                steady.append(ctx.native_seconds - t0)
+        oneoff = one_off_excess(steady)
+        return drafted.draft(self.source, synced=synced, steady=(sum(steady) - oneoff, len(steady)), reshape=reshape,
+                             oneoff=oneoff)
 
     def reset(self) -> None:
         self.ctx.rollback(0)
