@@ -263,3 +263,31 @@ def test_the_memory_group_shows_a_hybrids_state_and_its_snapshots(qtbot):
     assert "recurrent state 170 MiB, 160 MiB of it snapshots" in p.mem_target.text()
     assert t.total_bytes == (900 + 50 + 170) << 20
     p.close()
+
+
+def test_the_legend_wraps_rather_than_cut_its_labels(qtbot):
+    """Ten entries on a laptop's width: each label is shown whole, on as many rows as
+    the width needs (one row had cut them to "transla", "MTP he"); wide, one row."""
+    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+    from specdesk.ui.chat_view import Legend
+
+    host = QWidget()
+    lay = QVBoxLayout(host)
+    legend = Legend()
+    lay.addWidget(legend)
+    lay.addStretch(1)
+    qtbot.addWidget(host)
+    host.show()
+    labels = [lbl for lbl in legend.findChildren(QLabel) if lbl.text()]
+    assert len(labels) >= 10
+    rows = {}
+    for width in (2400, 700, 300):
+        host.resize(width, 400)
+        QApplication.processEvents()
+        for lbl in labels:
+            assert lbl.width() >= lbl.sizeHint().width(), (width, lbl.text(), lbl.width())
+            assert lbl.mapTo(host, QPoint(lbl.width(), 0)).x() <= host.width(), (width, lbl.text())
+        flow = legend.layout()
+        rows[width] = len({flow.itemAt(i).geometry().y() for i in range(flow.count())})
+        assert legend.height() >= legend.heightForWidth(legend.width()) > 0
+    assert rows[2400] == 1 and rows[300] > rows[700] > 1, rows

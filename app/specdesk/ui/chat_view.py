@@ -34,9 +34,10 @@ from PySide6.QtGui import (
     QTextFormat,
     QTextFrameFormat,
 )
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextBrowser, QToolTip, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
 from ..speculative.proposers.base import Source, model_sources, lookup_sources
+from .flow import FlowLayout
 
 # a token's kind -> (background, label, explanation)
 _KINDS = {
@@ -456,28 +457,35 @@ class ChatView(QTextBrowser):
 
 
 class Legend(QWidget):
+    """Each colour of the chat and what it means (its tooltip says more), in as many
+    rows as the width needs: ten entries do not fit one row on a laptop's screen, and a
+    label cut short ("transla", "MTP he") says nothing."""
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("legend")
-        lay = QHBoxLayout(self)
+        lay = FlowLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
-        lay.setSpacing(10)
         for key in ("accepted", *own_colour(), "correction", "bonus"):
             bg, label, why = PROVENANCE[key]
             label = key.label if isinstance(key, Source) else ("draft" if key == "accepted" else label)
+            item = QWidget()
+            row = QHBoxLayout(item)
+            row.setContentsMargins(0, 0, 0, 0)
+            row.setSpacing(4)
             sw = QLabel()
             sw.setFixedSize(14, 14)
             sw.setStyleSheet(f"background:{bg}; border:1px solid #adb5bd; border-radius:2px;")
             text = QLabel(label)
-            text.setToolTip(why)
-            sw.setToolTip(why)
-            item = QHBoxLayout()
-            item.setSpacing(4)
-            item.addWidget(sw)
-            item.addWidget(text)
-            lay.addLayout(item)
+            for w in (item, sw, text):
+                w.setToolTip(why)
+            row.addWidget(sw)
+            row.addWidget(text)
+            lay.addWidget(item)
         hint = QLabel("uncoloured: target step")
         hint.setToolTip("A plain target step (nothing was drafted). Hover a token for its details.")
         hint.setStyleSheet("color:#868e96;")
         lay.addWidget(hint)
-        lay.addStretch(1)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
