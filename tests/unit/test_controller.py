@@ -238,6 +238,26 @@ def test_no_longer_draft_below_where_a_draft_was_rejected():
     assert {d.k for d in ds[-20:]} == {6}, [str(d) for d in ds[-20:]]
 
 
+def test_the_slow_start_ends_at_the_first_rejected_token():
+    """The first draft loses its second token; every later one is kept whole. Once a
+    token was rejected the estimate decides each k (a draft right 90% of the time, all
+    kept now and then, is not made to swing to drafts four times longer)."""
+    auto = AutoK()
+    g = gpu()
+    first = [True]
+
+    def run(k):
+        emitted, step, verify, draft = g(k)
+        if k and first[0]:
+            first[0] = False
+            return 2, step, verify, draft  # one token kept, the second rejected
+        return emitted, step, verify, draft
+    _drive(auto, run, auto.first_steps)
+    ds = _drive(auto, run, 30)
+    assert ds[0].k == 2 and all(d.reason != LONGER for d in ds), [str(d) for d in ds]
+    assert max(d.k for d in ds) > 2  # the estimate still lengthens the drafts, at its own pace
+
+
 def test_a_longer_draft_is_tried_only_where_drafting_pays_and_the_budget_affords_it():
     # a CPU: no draft pays, every draft all kept: no draft longer than the first probe
     cpu = machine(step=0.1, verify_per_token=0.077, draft_per_token=0.06, accept=1.0)
@@ -462,6 +482,26 @@ def test_a_slow_first_prefill_is_held_until_a_catch_up_re_measures_it():
                           step_seconds=0.14, decision=d))
     assert auto.measured.prefill is None and auto.oneoffs.dropped == 1
     assert auto.catch_up.value == pytest.approx(0.001) and auto.spent < 0.2  # 100 tokens at 1 ms, not 3 s
+
+
+def test_a_verify_batchs_set_up_is_held_from_the_outcomes_too():
+    """The first verify batch of a size pays its set-up (kernels, a CUDA graph captured):
+    the backend says so. Its excess is held from the outcome of that k as from the
+    budget, so that one set-up does not make the k look dearer than a shorter one for
+    the rest of the answer; a step far dearer without a set-up counts whole."""
+    def outcome(setup):
+        auto = AutoK()
+        _drive(auto, machine(), 40)
+        k = auto.budget("draft", 2, 400)
+        d = auto.take_decision()
+        emitted, step, verify, draft = machine()(k)
+        auto.observe(StepCost("draft", None, k, k, draft, 5 * verify, draft_synced=2, emitted=emitted,
+                              step_seconds=step + 4 * verify, decision=d, verify_setup=setup))
+        o = auto.judges.arms["draft"][k]
+        return o.y / o.x, step / emitted
+    held, steady = outcome(True)
+    whole, _ = outcome(False)
+    assert held < 1.02 * steady and whole > 1.1 * steady, (held, whole, steady)
 
 
 def test_a_step_far_dearer_than_predicted_is_held_from_the_budget_until_the_next():

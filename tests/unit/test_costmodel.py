@@ -89,3 +89,17 @@ def test_a_one_off_among_like_calls_is_what_it_took_beyond_far_times_their_media
     assert one_off_excess([0.01, 0.012, 0.011, 0.03]) == 0.0  # slower, not far
     assert one_off_excess([0.01, 0.5]) == 0.0  # two calls cannot tell which is the odd one
     assert one_off_excess([]) == 0.0
+
+
+def test_the_hopeful_acceptance_of_positions_never_judged_is_the_pooled_rate_and_its_doubt():
+    from specdesk.speculative.costmodel import PositionAcceptance
+
+    two = PositionAcceptance()
+    two.record(2, 2)  # one draft of 2, both kept: room for a draft that is always right
+    assert two.hopeful(8, 1.5)[2:] == [1.0] * 6
+    assert two.hopeful(8, 1.5)[:2] == two.alphas(2, z=1.5)  # the positions judged: their own bound
+    ninety = PositionAcceptance(decay=1.0)
+    for i in range(200):  # 200 tokens judged, 90% kept: not taken for a draft always right
+        ninety.record(1, 1 if i % 10 else 0)
+    beyond = ninety.hopeful(8, 1.5)[1:]
+    assert len(set(beyond)) == 1 and 0.85 < beyond[0] < 0.95

@@ -378,6 +378,20 @@ class PositionAcceptance:
             out.append(m)
         return out
 
+    def hopeful(self, k: int, z: float, prior: float = 0.5, strength: float = 2.0) -> list[float]:
+        """Per position 1..k: where the position was ever reached, an upper confidence
+        bound of its own estimate (as :meth:`alphas` with ``z``); where it never was, one
+        of the pooled rate (all positions' verdicts, a token's acceptance as one rate).
+        How far a draft all kept may grow: beyond the positions ever judged only the
+        pooled rate speaks, and it is sure of itself once many tokens were judged (a
+        draft right 90% of the time is not taken for one that is always right), unsure
+        after a few (two tokens kept leave room for a draft that is always right)."""
+        acc, n = self.pooled
+        p = (acc + prior * strength) / (n + strength)
+        up = min(1.0, p + z * math.sqrt(p * (1.0 - p) / (n + strength)))
+        own = self.alphas(k, prior, strength, z)
+        return [a if i < len(self.reached) and self.reached[i] > 0 else up for i, a in enumerate(own)]
+
 
 class Outcome:
     """The realized cost of one arm over its recent steps: exponentially decayed sums

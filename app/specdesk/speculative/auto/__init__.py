@@ -71,18 +71,21 @@ estimated per token over the answer left outweighs it (``catch-up too dear``). T
 first draft of a session drafts at most ``first_draft_k`` tokens: one short probe is
 the cheapest way to learn that drafting cannot pay.
 
-A draft all kept that was the longest its source ever drafted is followed by one up
-to ``grow`` (4) times longer (``longer, all accepted``), a slow start as TCP's: the k
-an optimistic acceptance with the costs as measured estimates cheapest, while the
-budget affords what it costs beyond the estimate's k at its worst, and target alone's
-timing stands. Without it an always-right draft reaches a long k only as fast as the
-estimated acceptance of positions never drafted creeps up (2, 3, 5, 7, 9, ...), and a
-256-token answer is half over first; with it, 2, 8, 32. Below the longest draft it
-ever made, the positions beyond were measured and the estimate decides. The answer's
-last draft takes all the tokens left where that costs less than the step they would
-otherwise need. A decode far dearer than the other decodes of the same draft (a page
-fault, a GC pause) is a one-off inside the call: the draft's costs are learnt without
-it (:func:`~specdesk.speculative.costmodel.one_off_excess`), the step's outcome keeps it.
+Until the first token of a source's drafts is rejected, a draft all kept that was the
+longest it ever drafted is followed by one up to ``grow`` (4) times longer (``longer,
+all accepted``): a slow start, as TCP's, which ends at the first loss. Its length is
+the one the hopeful row estimates cheapest (the costs as measured; each position judged
+at an upper bound of its own acceptance, the positions never judged at one of the
+pooled rate), while the budget affords what it costs beyond the estimate's k at its
+worst and target alone's timing stands. Without it an always-right draft reaches a
+long k only as fast as the estimated acceptance of positions never drafted creeps up
+(2, 3, 5, 7, 9, 9, 9, 9, 19), and a 256-token answer is half over first; with it, 2,
+8, 32. The answer's last draft takes all the tokens left where that costs less than
+the step they would otherwise need. A decode far dearer than the other decodes of the
+same draft (a page fault, a GC pause) is a one-off inside the call: the draft's costs
+are learnt without it (:func:`~specdesk.speculative.costmodel.one_off_excess`), the
+step's outcome keeps it. A step whose verify batch paid its size's set-up (the backend
+says so) is held from the outcomes as from the budget, until the next of its kind.
 
 Every call to ``budget`` leaves a :class:`Decision` (k and why), which the decoder puts
 on the Step and in the statistics; :attr:`AutoK.estimate` gives an :class:`Estimate`

@@ -140,6 +140,8 @@ def observe(auto, cost: StepCost) -> None:
         auto.prior.seen[key] = auto.prior.seen.get(key, 0) + 1
         if d is not None and d.arm:
             auto._all_kept[d.arm] = d.k if d.k and cost.accepted >= cost.drafted >= d.k else 0
+            if cost.accepted < cost.judged_drafted:
+                auto._lost.add(d.arm)
     if cost.emitted <= 0 or cost.step_seconds <= 0:
         return
     k = d.k if d is not None and d.arm else 0
@@ -155,14 +157,17 @@ def observe(auto, cost: StepCost) -> None:
         return
     # a step far dearer than its components predict is held from the budget until the next
     # of its kind (the judge sees it whole: it weighs outcomes, and clips a step far off
-    # its own mean)
+    # its own mean), but for a step whose verify batch paid a shape's set-up: a one-off
+    # the backend named, held from the judge too (counted whole, the set-up of the first
+    # verify batch of 33 made k=32 look dearer than k=17 for the rest of a short answer)
     expected = expected + caught_up if expected > 0 else 0.0
     seconds, confirmed = auto.oneoffs.take(judge_key(d.arm, k), cost.step_seconds, expected, cost.verify_setup)
     auto.explore.charge(seconds + confirmed - cost.emitted * t[0])  # what drafting cost, or won (< 0)
+    judged = seconds if cost.verify_setup else cost.step_seconds
     if d.reason != EXPLORE:  # the band a person is shown: one its judge has seen
         auto._last_band[d.arm] = band(k, dsrc)
     auto._last_k[d.arm] = k
-    auto.judges.add(d.arm, k, auto._kmax(dsrc), cost.emitted, cost.step_seconds, caught_up, auto._t,
+    auto.judges.add(d.arm, k, auto._kmax(dsrc), cost.emitted, judged, caught_up, auto._t,
                     judged=d.reason != EXPLORE)  # the judge weighs drafting where the estimate says it pays
 
 

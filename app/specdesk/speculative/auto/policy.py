@@ -83,6 +83,7 @@ class AutoK:
         self._last_band: dict[str, int] = {}  # per arm: the band it last drafted in
         self._last_k: dict[str, int] = {}  # per arm: the k it last drafted
         self._all_kept: dict[str, int] = {}  # per arm: the k of its last draft if every token was kept, else 0
+        self._lost: set[str] = set()  # arms a token of whose drafts the target ever rejected
         self._decision: Decision | None = None
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
         self._pending: dict[str, list[float]] = {}  # restored outcomes, until target alone is timed
@@ -175,10 +176,9 @@ class AutoK:
             at = self.prior.at(key, last, prior, c0)
             if at <= est * (1.0 + self.keep_k):
                 k, est = last, at
-        if k and est * self.margin < 1.0:
-            k = self._to_the_end(src, k, limit, prior, c0, refuted)
         chosen = k
         if k and est * self.margin < 1.0:
+            chosen = k = self._to_the_end(src, k, limit, prior, c0, refuted)
             k = self._longer(src, key, k, kmax, k_max, prior, c0, refuted, limit)
         jk = judge_key(key, max(1, k))
         cheaper, d = self._judged(src, key, jk, t)
@@ -211,16 +211,20 @@ class AutoK:
 
     def _longer(self, src: Source, key: str, k: int, kmax: int, k_max: int, prior: PriorRow, c0: float,
                 refuted: set[int], limit: int) -> int:
-        """Where the arm's last draft was all kept and was the longest it ever drafted, a
-        longer one, at most ``grow`` times that (a slow start, as TCP's): the k the hopeful row (an optimistic acceptance,
-        the costs as measured) estimates cheapest, or the longest shorter one the budget
-        affords at its worst (nothing kept beyond ``k``). Without it a draft that is
-        always right would reach a long k only as fast as the estimated acceptance of
-        positions never drafted creeps up, a few tokens a step, and a short answer would
-        be over before it got there; with it, 2, 8, 32."""
+        """Until the first token of the arm's drafts is rejected, where its last draft was
+        all kept and was the longest it ever drafted, a longer one, at most ``grow``
+        times that (a slow start, as TCP's, which ends at the first loss): the k the
+        hopeful row (an optimistic acceptance, the costs as measured) estimates
+        cheapest, or the longest shorter one the budget affords at its worst (nothing
+        kept beyond ``k``). Without it a draft that is always right would reach a long
+        k only as fast as the estimated acceptance of positions never drafted creeps up,
+        a few tokens a step, and a short answer would be over before it got there; with
+        it, 2, 8, 32."""
         kept = self._all_kept.get(key, 0)
         acc = self.acceptance.get(key)
-        if src.is_lookup or not kept or acc is None or kept < len(acc.reached):
+        if src.is_lookup or not kept or acc is None or key in self._lost:
+            return k  # slow start ends at the first rejected token: from then on the estimate decides
+        if kept < len(acc.reached):
             return k  # not at the frontier: the positions beyond were drafted, and are estimated
         if self.measured.target_stale(self.reference.t):
             return k  # target alone was timed while something slowed it: what drafting won may be no win

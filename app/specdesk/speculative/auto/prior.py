@@ -20,9 +20,10 @@ class PriorRow:
     """The component model's view of one arm, refreshed now and then: per k (index 0
     unused) the predicted cost per emitted token as a share of target alone's, at the
     estimated acceptance and at an optimistic one (with the low prior slope for sizes
-    never measured); at the optimistic acceptance with the costs as measured (hopeful:
-    how far a draft that was all accepted may grow); and the least a draft that is
-    always right could cost, as the same share (at or above 1: no draft can pay)."""
+    never measured); at the hopeful acceptance (``PositionAcceptance.hopeful``) with the
+    costs as measured (how far a draft that was all accepted may grow); and the least a
+    draft that is always right could cost, as the same share (at or above 1: no draft
+    can pay)."""
 
     mean: list[float]
     optimistic: list[float] | None  # computed when first needed
@@ -101,7 +102,8 @@ class Prior:
         steps = [0.0]
         bound = math.inf
         e = reach = 1.0
-        for k, a in enumerate(acc.alphas(k_max, z=self.z if optimistic or hopeful else 0.0), start=1):
+        alphas = acc.hopeful(k_max, self.z) if hopeful else acc.alphas(k_max, z=self.z if optimistic else 0.0)
+        for k, a in enumerate(alphas, start=1):
             reach *= a
             e += reach
             v = costs.verify_cost(k + 1, optimistic)
