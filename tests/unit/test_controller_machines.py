@@ -25,13 +25,15 @@ LONG_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8] * 4
 
 
 def simulate(profile, controller, proposer="draft", answers=1, max_tokens=200, noise=0.3, rollback_cost=0.0,
-             switch_cost=0.0):
+             switch_cost=0.0, seed=0):
     """Tokens per simulated second over ``answers`` answers (prompt and decode), every
-    answer's steps, and the draft backend."""
+    answer's steps, and the draft backend; ``seed`` draws the text (the target) and the
+    draft's errors."""
     clock = FakeClock()
-    tm = FakeModel(n_vocab=32, seed=0)
+    tm = FakeModel(n_vocab=32, seed=seed)
     t = FakeBackend(tm, clock=clock, cost=profile[0], rollback_cost=rollback_cost, switch_cost=switch_cost)
-    d = FakeBackend(FakeModel(base=tm, seed=1, noise=noise), clock=clock, cost=profile[1], switch_cost=switch_cost)
+    d = FakeBackend(FakeModel(base=tm, seed=seed + 1, noise=noise), clock=clock, cost=profile[1],
+                    switch_cost=switch_cost)
     generated, seconds, answers_steps = 0, 0.0, []
     for i in range(answers):
         t.rollback(0)
@@ -251,3 +253,18 @@ def test_the_drafts_prompt_prefill_measures_its_catch_up_cost():
     simulate(CPU, auto)
     _, answers, draft = simulate(CPU, auto)
     assert draft.evaluated == 0
+
+
+if __name__ == "__main__":
+    # auto against the best fixed k on the scripted GPU over many texts (not a test: a
+    # figure for a change to auto, since one text's path is chaotic):
+    #     PYTHONPATH=tests QT_QPA_PLATFORM=offscreen .venv/bin/python tests/unit/test_controller_machines.py
+    import statistics
+
+    ratios = []
+    for seed in range(0, 48, 2):
+        best = max(simulate(GPU, FixedK(k), answers=3, seed=seed)[0] for k in (3, 4, 5, 6, 7, 8, 10, 12, 16))
+        ratios.append(simulate(GPU, AutoK(), answers=3, seed=seed)[0] / best)
+    print(" ".join(f"{r:.2f}" for r in ratios))
+    print(f"auto against the best fixed k over {len(ratios)} texts: median {statistics.median(ratios):.3f}, "
+          f"geometric mean {statistics.geometric_mean(ratios):.3f}")

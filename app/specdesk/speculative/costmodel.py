@@ -357,6 +357,12 @@ class PositionAcceptance:
             self.accepted[i] += 1
 
     @property
+    def ever_rejected(self) -> bool:
+        """Whether a drafted token was ever rejected: a position reached more often
+        than kept (both counts decay alike, so they stay equal while every token is kept)."""
+        return any(r > a for r, a in zip(self.reached, self.accepted))
+
+    @property
     def pooled(self) -> tuple[int, int]:
         return sum(self.accepted), sum(self.reached)
 

@@ -140,8 +140,6 @@ def observe(auto, cost: StepCost) -> None:
         auto.prior.seen[key] = auto.prior.seen.get(key, 0) + 1
         if d is not None and d.arm:
             auto._all_kept[d.arm] = d.k if d.k and cost.accepted >= cost.drafted >= d.k else 0
-            if cost.accepted < cost.judged_drafted:
-                auto._lost.add(d.arm)
     if cost.emitted <= 0 or cost.step_seconds <= 0:
         return
     k = d.k if d is not None and d.arm else 0

@@ -83,7 +83,6 @@ class AutoK:
         self._last_band: dict[str, int] = {}  # per arm: the band it last drafted in
         self._last_k: dict[str, int] = {}  # per arm: the k it last drafted
         self._all_kept: dict[str, int] = {}  # per arm: the k of its last draft if every token was kept, else 0
-        self._lost: set[str] = set()  # arms a token of whose drafts the target ever rejected
         self._decision: Decision | None = None
         self._view: tuple | None = None  # the last decision's figures, replaced whole (other threads read it)
         self._pending: dict[str, list[float]] = {}  # restored outcomes, until target alone is timed
@@ -222,7 +221,7 @@ class AutoK:
         it, 2, 8, 32."""
         kept = self._all_kept.get(key, 0)
         acc = self.acceptance.get(key)
-        if src.is_lookup or not kept or acc is None or key in self._lost:
+        if src.is_lookup or not kept or acc is None or acc.ever_rejected:
             return k  # slow start ends at the first rejected token: from then on the estimate decides
         if kept < len(acc.reached):
             return k  # not at the frontier: the positions beyond were drafted, and are estimated
