@@ -55,7 +55,12 @@ def main() -> int:
     args = ap.parse_args()
     share, _, times = args.spikes.partition(":")
     ks = [int(k) for k in args.ks.split(",") if k]
-    acceptances = [float(a) for a in args.acceptance.split(",") if a] or [None]
+    try:
+        acceptances = [float(a) for a in args.acceptance.split(",") if a] or [None]
+    except ValueError:
+        ap.error(f"--acceptance: not a list of numbers: {args.acceptance!r}")
+    if any(a is not None and not 0.0 <= a <= 1.0 for a in acceptances):
+        ap.error("--acceptance: each value is a chance, from 0 to 1")
     auto_vs_best = []
     for name in args.profiles.split(","):
         for acceptance in acceptances:
